@@ -1,0 +1,401 @@
+"""Computations and values: ``odla_computation`` and ``odla_value`` (odla_compute.h, odla_value.h)."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+
+import numpy as np
+
+import relay_bridge
+
+from .types import (
+    ElementType,
+    ItemType,
+    OdlaError,
+    Status,
+    ValueShape,
+    ValueType,
+    as_shape,
+    element_type_of,
+)
+
+
+class ValueKind(enum.Enum):
+    ARGUMENT = "argument"
+    CONSTANT = "constant"
+    VARIABLE = "variable"
+    RESULT = "result"  # produced by an op
+
+
+class Value:
+    """An ``odla_value``: a typed node of a computation, or a typed slot of a loaded executable."""
+
+    def __init__(self, value_id: str, value_type: ValueType, kind: ValueKind,
+                 computation: "Computation | None" = None, handle=None, data=None):
+        self.id = value_id
+        self.type = value_type
+        self.kind = kind
+        self.computation = computation
+        self.handle = handle  # the lowering's expression; opaque to this layer
+        self.data = data  # host data of constants and variables
+
+    @property
+    def shape(self) -> ValueShape:
+        return self.type.shape
+
+    @property
+    def element_type(self) -> ElementType:
+        return self.type.element_type
+
+    def __repr__(self):
+        return f"Value({self.id!r}, {self.kind.value}, {self.type})"
+
+
+_current = threading.local()
+
+
+def current_computation_or_none() -> "Computation | None":
+    comp = getattr(_current, "computation", None)
+    return None if comp is None or comp.destroyed else comp
+
+
+def current_computation() -> "Computation":
+    """The computation ops of this thread are added to (set by create_computation)."""
+    comp = getattr(_current, "computation", None)
+    if comp is None or comp.destroyed:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            "no current computation in this thread; call create_computation() first "
+            "(or enter `with computation:`)",
+        )
+    return comp
+
+
+class Computation:
+    """An ``odla_computation``: the graph ops are added to, then compiled."""
+
+    def __init__(self):
+        self._graph = relay_bridge.GraphBuilder()
+        self._values: dict[str, Value] = {}
+        self.args: list[Value] = []
+        self.variables: list[Value] = []
+        self.outputs: list[Value] = []
+        self.items: dict[ItemType, object] = {}
+        self.revision = 0  # bumped on every change, so cached executables know they are stale
+        self.executables: dict = {}  # (device key, revision) -> Executable, for execute_computation
+        self.destroyed = False
+        self._auto_ids = itertools.count()
+        self._previous = None
+
+    # -- thread's current computation -----------------------------------------------------
+    def __enter__(self):
+        self._previous = getattr(_current, "computation", None)
+        _current.computation = self
+        return self
+
+    def __exit__(self, *exc):
+        _current.computation = self._previous
+        return False
+
+    def make_current(self):
+        _current.computation = self
+
+    # -- values ---------------------------------------------------------------------------
+    def _check_alive(self):
+        if self.destroyed:
+            raise OdlaError(Status.INVALID_PARAM, "the computation was destroyed")
+
+    def _new_id(self, value_id, hint: str) -> str:
+        if value_id is None:
+            while True:
+                value_id = f"{hint}_{next(self._auto_ids)}"
+                if value_id not in self._values:
+                    return value_id
+        if not isinstance(value_id, str) or not value_id:
+            raise OdlaError(
+                Status.INVALID_PARAM, f"value id {value_id!r} is not a non-empty string"
+            )
+        if value_id in self._values:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"value id {value_id!r} already names a value of this computation; expected a new id",
+            )
+        return value_id
+
+    def _add(self, value: Value) -> Value:
+        self._values[value.id] = value
+        self.revision += 1
+        return value
+
+    def find_value(self, value_id: str) -> Value:
+        self._check_alive()
+        try:
+            return self._values[value_id]
+        except (KeyError, TypeError):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"no value with id {value_id!r} in this computation "
+                f"({len(self._values)} values; e.g. {', '.join(list(self._values)[:5]) or 'none'})",
+            ) from None
+
+    def add_argument(self, value_type: ValueType, value_id) -> Value:
+        self._check_alive()
+        value_id = self._new_id(value_id, "arg")
+        handle = self._graph.input(value_id, value_type.shape.dims, str(value_type.dtype))
+        value = self._add(Value(value_id, value_type, ValueKind.ARGUMENT, self, handle))
+        self.args.append(value)
+        return value
+
+    def add_variable(self, value_type: ValueType, value_id) -> Value:
+        self._check_alive()
+        if value_type.shape.is_dynamic:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"variable shape {value_type.shape.dims} has a dynamic dim; expected a static shape",
+            )
+        value_id = self._new_id(value_id, "var")
+        handle = self._graph.input(value_id, value_type.shape.dims, str(value_type.dtype))
+        data = np.zeros(value_type.shape.dims, value_type.dtype)
+        value = self._add(Value(value_id, value_type, ValueKind.VARIABLE, self, handle, data))
+        self.variables.append(value)
+        return value
+
+    def add_constant(self, value_type: ValueType, data, value_id) -> Value:
+        self._check_alive()
+        array = checked_array(data, value_type, "constant data")
+        value_id = self._new_id(value_id, "const")
+        handle = self._graph.constant(array)
+        return self._add(Value(value_id, value_type, ValueKind.CONSTANT, self, handle, array))
+
+    def apply(self, op_name: str, operands: dict, attrs: dict, value_id, output_dims=None,
+              variadic: tuple = ()) -> list[Value]:
+        """Adds ODLA op ``op_name``; ``operands`` maps operand names to Values (or None)."""
+        self._check_alive()
+        inputs = [self._operand(op_name, name, v) for name, v in operands.items()]
+        inputs += [self._operand(op_name, f"inputs[{i}]", v) for i, v in enumerate(variadic)]
+        value_id = self._new_id(value_id, op_name.lower())
+        try:
+            handles = self._graph.apply(op_name, inputs, attrs, value_id)
+        except relay_bridge.LoweringError as err:
+            status = Status.UNSUPPORTED_OP if "has no lowering" in str(err) else Status.INVALID_PARAM
+            raise OdlaError(status, str(err)) from None
+        values = []
+        for i, handle in enumerate(handles):
+            vid = value_id if len(handles) == 1 else f"{value_id}:{i}"
+            vtype = ValueType(element_type_of(relay_bridge.dtype_of(handle)),
+                              relay_bridge.shape_of(handle))
+            values.append(Value(vid, vtype, ValueKind.RESULT, self, handle))
+        if output_dims is not None:
+            _check_output_dims(op_name, value_id, as_shape(output_dims), values[0].shape)
+        for v in values:
+            self._add(v)
+        return values
+
+    def _operand(self, op_name, name, value):
+        if value is None:
+            return None
+        if not isinstance(value, Value):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"operand {name} of {op_name} is a {type(value).__name__}; expected an odla Value",
+            )
+        if value.computation is not self:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"operand {name} of {op_name} ({value.id!r}) belongs to another computation",
+            )
+        return value.handle
+
+    # -- outputs --------------------------------------------------------------------------
+    def set_output(self, value: Value):
+        self._check_alive()
+        if not isinstance(value, Value) or value.computation is not self:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"{value!r} is not a value of this computation; expected one to mark as output",
+            )
+        if value not in self.outputs:
+            self.outputs.append(value)
+            self.revision += 1
+
+    def build_module(self):
+        """The computation lowered to an IRModule: arguments then variables in, outputs out."""
+        self._check_alive()
+        if not self.outputs:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                "the computation has no outputs; call set_value_as_output() on at least one value",
+            )
+        params = [v.handle for v in self.args + self.variables]
+        return self._graph.build(params, [v.handle for v in self.outputs])
+
+
+def _check_output_dims(op_name, value_id, given: ValueShape, inferred: ValueShape):
+    agree = len(given) == len(inferred) and all(
+        g == i or -1 in (g, i) for g, i in zip(given.dims, inferred.dims)
+    )
+    if not agree:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{op_name} {value_id!r}: output_dims {given.dims} given, but its operands and "
+            f"attributes produce {inferred.dims}",
+        )
+
+
+def checked_array(data, value_type: ValueType, what: str, shape=None) -> np.ndarray:
+    """``data`` as an array of exactly ``value_type``'s dtype and shape (or ``shape``)."""
+    try:
+        array = np.asarray(data)
+    except Exception as err:  # noqa: BLE001 (any object may be handed in)
+        raise OdlaError(Status.INVALID_PARAM, f"{what} is not array-like: {err}") from None
+    if array.dtype != value_type.dtype:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{what} has dtype {array.dtype}; expected {value_type.dtype} "
+            f"({value_type.element_type.name})",
+        )
+    expected = as_shape(shape) if shape is not None else value_type.shape
+    if not expected.matches(array.shape):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{what} has shape {array.shape}; expected {expected.dims} (-1: any size)",
+        )
+    return array
+
+
+# -- the ODLA functions (odla_compute.h, odla_value.h, odla_ops_basic.h) ----------------------
+
+def _computation(computation) -> Computation:
+    if not isinstance(computation, Computation):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"computation is a {type(computation).__name__}; expected a Computation "
+            "from create_computation()",
+        )
+    computation._check_alive()
+    return computation
+
+
+def _value(value) -> Value:
+    if not isinstance(value, Value):
+        raise OdlaError(
+            Status.INVALID_PARAM, f"value is a {type(value).__name__}; expected an odla Value"
+        )
+    return value
+
+
+def create_computation() -> Computation:
+    """A new computation, made the current one of this thread (as odla_CreateComputation)."""
+    comp = Computation()
+    comp.make_current()
+    return comp
+
+
+def destroy_computation(computation: Computation) -> None:
+    comp = _computation(computation)
+    comp.destroyed = True
+    comp.executables.clear()
+    if getattr(_current, "computation", None) is comp:
+        _current.computation = None
+
+
+def set_computation_item(computation: Computation, item_type: ItemType, value) -> None:
+    comp = _computation(computation)
+    try:
+        item_type = ItemType(item_type)
+    except ValueError:
+        raise OdlaError(
+            Status.INVALID_PARAM, f"item type {item_type!r} is not an ODLA item type (0..27)"
+        ) from None
+    comp.items[item_type] = value
+    comp.revision += 1
+
+
+def create_argument(value_type: ValueType, value_id: str | None = None) -> Value:
+    return current_computation().add_argument(_value_type(value_type), value_id)
+
+
+def create_constant(value_type: ValueType, data, value_id: str | None = None) -> Value:
+    return current_computation().add_constant(_value_type(value_type), data, value_id)
+
+
+def create_variable(value_type: ValueType, value_id: str | None = None) -> Value:
+    return current_computation().add_variable(_value_type(value_type), value_id)
+
+
+def _value_type(value_type) -> ValueType:
+    if not isinstance(value_type, ValueType):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"value_type is a {type(value_type).__name__}; expected ValueType(element_type, shape)",
+        )
+    if value_type.element_type == ElementType.STRING:
+        raise OdlaError(Status.UNSUPPORTED_DATATYPE, "STRING values are not supported as tensors")
+    return value_type
+
+
+def set_value_as_output(value: Value) -> None:
+    value = _value(value)
+    if value.computation is None:
+        raise OdlaError(Status.INVALID_PARAM, f"{value!r} belongs to no computation")
+    value.computation.set_output(value)
+
+
+def set_values_as_output(values) -> None:
+    for value in values:
+        set_value_as_output(value)
+
+
+def set_value_as_output_by_id(value_id: str) -> None:
+    set_value_as_output(find_value_by_id(value_id))
+
+
+def set_value_data(value: Value, data) -> None:
+    """Sets the host data of a variable (odla_SetValueData); compiled executables read it at launch."""
+    value = _value(value)
+    if value.kind is not ValueKind.VARIABLE:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{value!r} is a {value.kind.value}; set_value_data takes a variable",
+        )
+    value.data[...] = checked_array(data, value.type, f"data for variable {value.id!r}")
+
+
+def get_value_type(value: Value) -> ValueType:
+    return _value(value).type
+
+
+def get_value_id(value: Value) -> str:
+    return _value(value).id
+
+
+def find_value_by_id(value_id: str, computation: Computation | None = None) -> Value:
+    comp = current_computation() if computation is None else _computation(computation)
+    return comp.find_value(value_id)
+
+
+def _index(values: list[Value], idx, what: str) -> Value:
+    if not isinstance(idx, (int, np.integer)) or not 0 <= idx < len(values):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{what} index {idx!r} out of range; expected 0..{len(values) - 1} ({len(values)} {what}s)",
+        )
+    return values[idx]
+
+
+def get_num_of_args_from_computation(computation: Computation) -> int:
+    return len(_computation(computation).args)
+
+
+def get_arg_from_computation_by_idx(computation: Computation, arg_idx: int) -> Value:
+    return _index(_computation(computation).args, arg_idx, "argument")
+
+
+def get_num_of_outputs_from_computation(computation: Computation) -> int:
+    return len(_computation(computation).outputs)
+
+
+def get_output_from_computation_by_idx(computation: Computation, output_idx: int) -> Value:
+    return _index(_computation(computation).outputs, output_idx, "output")

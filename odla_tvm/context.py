@@ -1,0 +1,217 @@
+"""Contexts: ``odla_context`` (odla_compute.h): the data of one run, bound by value or by id."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .computation import (
+    Value,
+    ValueKind,
+    checked_array,
+    current_computation_or_none,
+    find_value_by_id,
+)
+from .types import ItemType, OdlaError, Status, ValueShape, as_shape
+
+
+class Context:
+    """Inputs bound to arguments, buffers bound to outputs, and the results of the last run."""
+
+    def __init__(self):
+        self.inputs: dict[str, np.ndarray] = {}
+        self.output_buffers: dict[str, np.ndarray] = {}
+        self.results: dict[str, np.ndarray] = {}
+        self.runtime_shapes: dict[str, ValueShape] = {}
+        self.items: dict[ItemType, object] = {}
+        self.destroyed = False
+
+    def _check_alive(self):
+        if self.destroyed:
+            raise OdlaError(Status.INVALID_PARAM, "the context was destroyed; create a new one")
+
+    def bind_input(self, value: Value, data) -> None:
+        self._check_alive()
+        if value.kind is not ValueKind.ARGUMENT:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"{value.id!r} is a {value.kind.value}; bind_to_argument takes an argument",
+            )
+        shape = self.runtime_shapes.get(value.id)
+        self.inputs[value.id] = checked_array(
+            data, value.type, f"data bound to argument {value.id!r}", shape
+        )
+
+    def bind_output(self, value: Value, buffer) -> None:
+        self._check_alive()
+        if not isinstance(buffer, np.ndarray):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value.id!r} is a {type(buffer).__name__}; expected a "
+                "writable NumPy array, filled in place",
+            )
+        if not buffer.flags.writeable or not buffer.flags.c_contiguous:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value.id!r} is not a writable C-contiguous array",
+            )
+        if buffer.dtype != value.type.dtype:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value.id!r} has dtype {buffer.dtype}; expected {value.type.dtype}",
+            )
+        if not value.shape.is_dynamic and buffer.size != value.shape.element_count():
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value.id!r} holds {buffer.size} elements; expected "
+                f"{value.shape.element_count()} (shape {value.shape.dims})",
+            )
+        self.output_buffers[value.id] = buffer
+
+    def store_result(self, value: Value, result: np.ndarray) -> None:
+        """Writes ``result`` into the bound buffer (validated by ``check_output_buffer``)."""
+        buffer = self.output_buffers.get(value.id)
+        if buffer is None:
+            self.results[value.id] = result
+            return
+        np.copyto(buffer.reshape(result.shape), result)
+        self.results[value.id] = buffer.reshape(result.shape)
+
+    def check_output_buffer(self, value: Value, result: np.ndarray) -> None:
+        buffer = self.output_buffers.get(value.id)
+        if buffer is not None and buffer.size != result.size:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value.id!r} holds {buffer.size} elements; the run produced "
+                f"{result.size} (shape {result.shape}); nothing was written",
+            )
+
+
+def _context(context) -> Context:
+    if not isinstance(context, Context):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"context is a {type(context).__name__}; expected a Context from create_context()",
+        )
+    context._check_alive()
+    return context
+
+
+def _value(value) -> Value:
+    if not isinstance(value, Value):
+        raise OdlaError(
+            Status.INVALID_PARAM, f"value is a {type(value).__name__}; expected an odla Value"
+        )
+    return value
+
+
+def create_context() -> Context:
+    return Context()
+
+
+def destroy_context(context: Context) -> None:
+    ctx = _context(context)
+    ctx.destroyed = True
+    ctx.inputs.clear()
+    ctx.results.clear()
+    ctx.output_buffers.clear()
+
+
+def set_context_item(context: Context, item_type: ItemType, value) -> None:
+    ctx = _context(context)
+    try:
+        item_type = ItemType(item_type)
+    except ValueError:
+        raise OdlaError(
+            Status.INVALID_PARAM, f"item type {item_type!r} is not an ODLA item type (0..27)"
+        ) from None
+    ctx.items[item_type] = value
+
+
+def bind_to_argument(value: Value, data, context: Context) -> None:
+    _context(context).bind_input(_value(value), data)
+
+
+def bind_to_argument_by_id(value_id: str, data, context: Context) -> None:
+    """Binds by id in the current computation; with none current (a loaded executable),
+    the id and data are checked against the executable at launch."""
+    ctx = _context(context)
+    if current_computation_or_none() is None:
+        ctx.inputs[str(value_id)] = np.asarray(data)
+    else:
+        ctx.bind_input(find_value_by_id(value_id), data)
+
+
+def bind_to_output(value: Value, data: np.ndarray, context: Context) -> None:
+    """Binds a caller's buffer, filled in place by each run, to an output value."""
+    value = _value(value)
+    if value.computation is not None and value not in value.computation.outputs:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{value.id!r} is not an output; call set_value_as_output() on it first",
+        )
+    _context(context).bind_output(value, data)
+
+
+def bind_to_output_by_id(value_id: str, data: np.ndarray, context: Context) -> None:
+    bind_to_output(find_value_by_id(value_id), data, context)
+
+
+def get_value_data(value: Value, data: np.ndarray | None = None, context: Context | None = None):
+    """The data of an output after a run (or of a constant or variable); copied into ``data``
+    when a buffer is given, else returned."""
+    value = _value(value)
+    if value.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE) and context is None:
+        result = value.data
+    else:
+        ctx = _context(context)
+        if value.id in ctx.results:
+            result = ctx.results[value.id]
+        elif value.id in ctx.inputs:
+            result = ctx.inputs[value.id]
+        else:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"the context holds no data for {value.id!r}; bind it or run a computation "
+                "that outputs it first",
+            )
+    if data is None:
+        return result.copy()
+    if not isinstance(data, np.ndarray) or data.size != result.size or data.dtype != result.dtype:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"buffer for {value.id!r} must be a {result.dtype} array of {result.size} elements; "
+            f"got {getattr(data, 'dtype', type(data).__name__)} with "
+            f"{getattr(data, 'size', '?')} elements",
+        )
+    np.copyto(data.reshape(result.shape), result)
+    return data
+
+
+def set_runtime_shape(context: Context, value: Value, value_shape) -> None:
+    """Fixes the shape of a dynamic argument for the coming runs."""
+    ctx, value = _context(context), _value(value)
+    shape = as_shape(value_shape)
+    if shape.is_dynamic or not value.shape.matches(shape.dims):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"runtime shape {shape.dims} for {value.id!r} does not fit its declared shape "
+            f"{value.shape.dims}; expected concrete sizes where it has -1",
+        )
+    ctx.runtime_shapes[value.id] = shape
+
+
+def get_runtime_shape(context: Context, value: Value) -> ValueShape:
+    """The concrete shape of a value in this context: set, bound or produced by the last run."""
+    ctx, value = _context(context), _value(value)
+    for source in (ctx.results, ctx.inputs):
+        if value.id in source:
+            return ValueShape(source[value.id].shape)
+    if value.id in ctx.runtime_shapes:
+        return ctx.runtime_shapes[value.id]
+    if not value.shape.is_dynamic:
+        return value.shape
+    raise OdlaError(
+        Status.INVALID_PARAM,
+        f"{value.id!r} has dynamic shape {value.shape.dims} and no runtime shape in this "
+        "context yet; bind data, call set_runtime_shape, or run first",
+    )

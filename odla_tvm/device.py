@@ -1,0 +1,133 @@
+"""Devices: ``odla_device`` (odla_device.h). Each ODLA device name maps to a compile target."""
+
+from __future__ import annotations
+
+import platform
+
+import targets
+
+from .types import DeviceInfo, DeviceName, OdlaError, Status, VendorName
+from .version import __version__
+
+# ODLA device names this build can compile for, each with the target it uses.
+_DEVICE_TARGETS = {DeviceName.DEFAULT: "host-cpu", DeviceName.INTEL_X86: "host-cpu"}
+
+
+class Device:
+    """An allocated ODLA device: a target to compile for and a runtime device to run on."""
+
+    def __init__(self, name: DeviceName, index: int, target: targets.TargetSpec,
+                 vendor: VendorName = VendorName.DEFAULT):
+        self.name = name
+        self.index = index
+        self.target = target
+        self.vendor = vendor
+        self.destroyed = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.target.key(), self.index)
+
+    def info(self, info_type: DeviceInfo):
+        return get_device_info(self, info_type)
+
+    def __repr__(self):
+        return f"Device({self.name.name}, index={self.index}, target={self.target.name})"
+
+
+def available_devices() -> list[DeviceName]:
+    return list(_DEVICE_TARGETS)
+
+
+def allocate_device(vendor=None, device_name: DeviceName = DeviceName.DEFAULT,
+                    device_idx: int = 0) -> Device:
+    try:
+        device_name = DeviceName(device_name)
+    except ValueError:
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"device name {device_name!r} is not an ODLA device name (0..{len(DeviceName) - 1})",
+        ) from None
+    if device_name not in _DEVICE_TARGETS:
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"device {device_name.name} is not available in this build; available: "
+            f"{', '.join(d.name for d in _DEVICE_TARGETS)}",
+        )
+    spec = targets.get_target(_DEVICE_TARGETS[device_name])
+    if device_idx != 0:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"device index {device_idx!r} for {device_name.name}; expected 0 (1 device present)",
+        )
+    return Device(device_name, device_idx, spec, VendorName(vendor or VendorName.DEFAULT))
+
+
+def default_device() -> Device:
+    return allocate_device()
+
+
+def checked_device(device) -> Device:
+    if device is None:
+        return default_device()
+    if not isinstance(device, Device):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"device is a {type(device).__name__}; expected a Device from allocate_device()",
+        )
+    if device.destroyed:
+        raise OdlaError(Status.INVALID_PARAM, f"{device!r} was destroyed; allocate a new one")
+    return device
+
+
+def destroy_device(device: Device) -> None:
+    checked_device(device).destroyed = True
+
+
+def _meminfo() -> dict[str, int]:
+    """Host memory figures in bytes from /proc/meminfo."""
+    figures = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            figures[key] = int(rest.split()[0]) * 1024
+    return figures
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def get_device_info(device: Device, info_type: DeviceInfo):
+    """One ``odla_device_info`` item: str for versions and names, int for counts and bytes."""
+    device = checked_device(device)
+    try:
+        info_type = DeviceInfo(info_type)
+    except ValueError:
+        raise OdlaError(
+            Status.INVALID_PARAM, f"device info item {info_type!r} is not an ODLA item (0..12)"
+        ) from None
+    answers = {
+        DeviceInfo.ODLA_LIB_VERSION: lambda: f"odla-tvm {__version__}",
+        DeviceInfo.DEV_COUNT: lambda: 1,
+        DeviceInfo.DEV_INDEX: lambda: device.index,
+        DeviceInfo.DEV_TYPE: lambda: f"{_cpu_model()} ({device.target.description})",
+        DeviceInfo.TOTAL_MEMORY: lambda: _meminfo()["MemTotal"],
+        DeviceInfo.USED_MEMORY: lambda: _meminfo()["MemTotal"] - _meminfo()["MemAvailable"],
+        DeviceInfo.MEMORY_UTIL: lambda: 1.0 - _meminfo()["MemAvailable"] / _meminfo()["MemTotal"],
+        DeviceInfo.SDK_VERSION: lambda: f"TVM {targets.tvm_version()}",
+    }
+    if info_type not in answers:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{info_type.name} is not reported for {device.name.name}; available: "
+            f"{', '.join(i.name for i in answers)}",
+        )
+    return answers[info_type]()

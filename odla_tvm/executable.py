@@ -1,0 +1,285 @@
+"""Executables: ``odla_executable`` (odla_compute.h): compile, launch, store and load."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import tempfile
+
+import numpy as np
+
+import targets
+
+from .computation import Computation, Value, ValueKind, _computation, _index
+from .context import Context, _context
+from .device import Device, checked_device
+from .types import ComputeMode, OdlaError, Status, ValueType
+from .version import __version__
+
+_MAGIC = b"ODLATVM\0"
+_FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sIQ")  # magic, format version, manifest length
+
+
+class Executable:
+    """A compiled computation: its argument, variable and output slots and the compiled module."""
+
+    def __init__(self, module: targets.CompiledModule, device: Device, args: list[Value],
+                 outputs: list[Value], variables: list[Value]):
+        self.module = module
+        self.device = device
+        self.args = args
+        self.outputs = outputs
+        self.variables = variables
+        self.destroyed = False
+
+    def _check_alive(self):
+        if self.destroyed:
+            raise OdlaError(Status.INVALID_PARAM, "the executable was destroyed")
+
+    def launch(self, context: Context) -> None:
+        self._check_alive()
+        ctx = _context(context)
+        known = {v.id for v in self.args}
+        unknown = sorted(set(ctx.inputs) - known)
+        if unknown:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"context binds {unknown}, which are not arguments of this executable; "
+                f"arguments: {sorted(known)}",
+            )
+        inputs = []
+        for arg in self.args:
+            if arg.id not in ctx.inputs:
+                raise OdlaError(
+                    Status.INVALID_PARAM,
+                    f"argument {arg.id!r} ({arg.type}) is not bound; call bind_to_argument first",
+                )
+            data = ctx.inputs[arg.id]
+            if data.dtype != arg.type.dtype or not arg.shape.matches(data.shape):
+                raise OdlaError(
+                    Status.INVALID_PARAM,
+                    f"data bound to {arg.id!r} is {data.dtype}{list(data.shape)}; expected "
+                    f"{arg.type.dtype}{list(arg.shape.dims)} (-1: any size)",
+                )
+            inputs.append(data)
+        inputs += [v.data for v in self.variables]
+        try:
+            results = self.module.run(inputs)
+        except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
+            raise OdlaError(Status.FAILURE, f"the compiled module failed to run: {err}") from None
+        for value, result in zip(self.outputs, results):
+            ctx.check_output_buffer(value, result)
+        for value, result in zip(self.outputs, results):
+            ctx.store_result(value, result)
+
+    # -- storing --------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        self._check_alive()
+        library = self.module.to_bytes()
+        variables = io.BytesIO()
+        np.savez(variables, **{f"v{i}": v.data for i, v in enumerate(self.variables)})
+        sections = {"library": library, "variables": variables.getvalue()}
+        offset, layout = 0, {}
+        for name, blob in sections.items():
+            layout[name] = {"offset": offset, "size": len(blob),
+                            "sha256": hashlib.sha256(blob).hexdigest()}
+            offset += len(blob)
+        manifest = {
+            "odla_tvm_version": __version__,
+            "tvm_version": targets.tvm_version(),
+            "target": self.module.spec.target,
+            "target_key": self.module.spec.key(),
+            "device_kind": self.module.spec.device_kind,
+            "args": [_slot(v) for v in self.args],
+            "outputs": [_slot(v) for v in self.outputs],
+            "variables": [_slot(v) for v in self.variables],
+            "sections": layout,
+        }
+        blob = json.dumps(manifest).encode()
+        return _HEADER.pack(_MAGIC, _FORMAT_VERSION, len(blob)) + blob + b"".join(sections.values())
+
+
+def _slot(value: Value) -> dict:
+    return {"id": value.id, "type": value.type.to_dict()}
+
+
+def _executable(executable) -> Executable:
+    if not isinstance(executable, Executable):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"executable is a {type(executable).__name__}; expected an Executable",
+        )
+    executable._check_alive()
+    return executable
+
+
+def compile_computation(computation: Computation, device: Device | None = None) -> Executable:
+    """Compiles for ``device`` (the host CPU when None), picking the device's target."""
+    comp = _computation(computation)
+    device = checked_device(device)
+    mod = comp.build_module()
+    try:
+        module = targets.compile_module(mod, device.target, device.index)
+    except Exception as err:  # noqa: BLE001
+        raise OdlaError(
+            Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"
+        ) from None
+    return Executable(module, device, list(comp.args), list(comp.outputs), list(comp.variables))
+
+
+def execute_computation(computation: Computation, context: Context,
+                        mode: ComputeMode = ComputeMode.DEFAULT, device: Device | None = None) -> None:
+    """Runs a computation, compiling it on first use for this device and caching the result."""
+    comp = _computation(computation)
+    try:
+        mode = ComputeMode(mode)
+    except ValueError:
+        raise OdlaError(Status.INVALID_PARAM, f"compute mode {mode!r} is not 0, 1 or 2") from None
+    if mode is ComputeMode.TRAINING:
+        raise OdlaError(
+            Status.UNSUPPORTED_OP,
+            "ComputeMode.TRAINING is not implemented yet; use INFERENCE or DEFAULT",
+        )
+    device = checked_device(device)
+    key = (device.key, comp.revision)
+    if key not in comp.executables:
+        comp.executables = {k: v for k, v in comp.executables.items() if k[1] == comp.revision}
+        comp.executables[key] = compile_computation(comp, device)
+    comp.executables[key].launch(context)
+
+
+def launch_executable(executable: Executable, context: Context) -> None:
+    _executable(executable).launch(context)
+
+
+def destroy_executable(executable: Executable) -> None:
+    exe = _executable(executable)
+    exe.destroyed = True
+    exe.module = None
+
+
+def store_executable(location, executable: Executable):
+    """Writes the executable to the file ``location``; with ``location=None`` returns the bytes.
+
+    The file is written beside its destination and renamed into place, so a failure never
+    leaves a half-written file over an earlier one.
+    """
+    blob = _executable(executable).to_bytes()
+    if location is None:
+        return blob
+    path = os.fspath(location)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise OdlaError(Status.FILE_NOT_EXIST, f"directory {directory!r} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".odla-tvm-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return None
+
+
+def _corrupt(what: str) -> OdlaError:
+    return OdlaError(
+        Status.INVALID_PARAM,
+        f"not a valid odla-tvm executable: {what}; store it again with store_executable()",
+    )
+
+
+def load_executable(location, device: Device | None = None) -> Executable:
+    """Loads an executable from a file path or from bytes; it runs with no recompilation."""
+    if isinstance(location, (bytes, bytearray, memoryview)):
+        blob = bytes(location)
+    else:
+        try:
+            path = os.fspath(location)
+        except TypeError:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"location is a {type(location).__name__}; expected a file path or bytes",
+            ) from None
+        if not os.path.isfile(path):
+            raise OdlaError(Status.FILE_NOT_EXIST, f"executable file {path!r} does not exist")
+        with open(path, "rb") as f:
+            blob = f.read()
+    manifest, sections = _parse(blob)
+    device = checked_device(device)
+    stored_key = manifest["target_key"]
+    if manifest["tvm_version"] != targets.tvm_version():
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"executable was built by TVM {manifest['tvm_version']}; this is TVM "
+            f"{targets.tvm_version()}; recompile it from its computation",
+        )
+    if stored_key != device.target.key():
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"executable was compiled for target {stored_key}; device {device.name.name} "
+            f"compiles for {device.target.key()}; recompile it for this device",
+        )
+    try:
+        module = targets.CompiledModule.from_bytes(sections["library"], device.target, device.index)
+        arrays = np.load(io.BytesIO(sections["variables"]))
+        args = [_slot_value(s, ValueKind.ARGUMENT) for s in manifest["args"]]
+        outputs = [_slot_value(s, ValueKind.RESULT) for s in manifest["outputs"]]
+        variables = [_slot_value(s, ValueKind.VARIABLE, arrays[f"v{i}"])
+                     for i, s in enumerate(manifest["variables"])]
+    except OdlaError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise _corrupt(f"its contents do not load ({err})") from None
+    return Executable(module, device, args, outputs, variables)
+
+
+def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:
+    return Value(slot["id"], ValueType.from_dict(slot["type"]), kind, None, None, data)
+
+
+def _parse(blob: bytes) -> tuple[dict, dict[str, bytes]]:
+    if len(blob) < _HEADER.size:
+        raise _corrupt(f"{len(blob)} bytes is shorter than its {_HEADER.size}-byte header")
+    magic, version, manifest_len = _HEADER.unpack_from(blob)
+    if magic != _MAGIC:
+        raise _corrupt(f"it starts with {magic!r}; expected {_MAGIC!r}")
+    if version != _FORMAT_VERSION:
+        raise _corrupt(f"format version {version}; this odla-tvm reads {_FORMAT_VERSION}")
+    body = _HEADER.size + manifest_len
+    try:
+        manifest = json.loads(blob[_HEADER.size:body].decode())
+        layout = manifest["sections"]
+    except (ValueError, KeyError, TypeError):
+        raise _corrupt("its manifest is truncated or unreadable") from None
+    sections = {}
+    for name in ("library", "variables"):
+        entry = layout.get(name) or {}
+        start, size = body + int(entry.get("offset", -1)), int(entry.get("size", -1))
+        chunk = blob[start:start + size]
+        if entry.get("offset", -1) < 0 or len(chunk) != size:
+            raise _corrupt(f"section {name!r} is truncated ({len(chunk)} of {size} bytes)")
+        if hashlib.sha256(chunk).hexdigest() != entry.get("sha256"):
+            raise _corrupt(f"section {name!r} fails its sha256 checksum (altered or damaged)")
+        sections[name] = chunk
+    return manifest, sections
+
+
+def get_num_of_args_from_executable(executable: Executable) -> int:
+    return len(_executable(executable).args)
+
+
+def get_arg_from_executable_by_idx(executable: Executable, arg_idx: int) -> Value:
+    return _index(_executable(executable).args, arg_idx, "argument")
+
+
+def get_num_of_outputs_from_executable(executable: Executable) -> int:
+    return len(_executable(executable).outputs)
+
+
+def get_output_from_executable_by_idx(executable: Executable, output_idx: int) -> Value:
+    return _index(_executable(executable).outputs, output_idx, "output")

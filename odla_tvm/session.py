@@ -1,0 +1,76 @@
+"""Session: the convenient layer, like onnxruntime's InferenceSession.
+
+Compile (or load) once, then ``run({"input": array})`` many times.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .computation import Computation
+from .context import Context
+from .device import Device
+from .executable import Executable, compile_computation, load_executable, store_executable
+from .types import OdlaError, Status, ValueType
+
+
+class Session:
+    """Runs one executable. ``source``: a Computation (compiled here), an Executable, or a
+    stored executable (file path or bytes)."""
+
+    def __init__(self, source, device: Device | None = None):
+        if isinstance(source, Executable):
+            self.executable = source
+        elif isinstance(source, Computation):
+            self.executable = compile_computation(source, device)
+        elif isinstance(source, (str, bytes, bytearray, memoryview, os.PathLike)):
+            self.executable = load_executable(source, device)
+        else:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"Session source is a {type(source).__name__}; expected a Computation, an "
+                "Executable, or a stored executable path or bytes",
+            )
+        self._args = {v.id: v for v in self.executable.args}
+
+    @property
+    def input_types(self) -> dict[str, ValueType]:
+        return {v.id: v.type for v in self.executable.args}
+
+    @property
+    def output_types(self) -> dict[str, ValueType]:
+        return {v.id: v.type for v in self.executable.outputs}
+
+    def run(self, feeds: dict, output_ids: list[str] | None = None) -> list[np.ndarray]:
+        """Outputs (all, or those named in ``output_ids``) as NumPy arrays, in order."""
+        if not isinstance(feeds, dict):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"feeds is a {type(feeds).__name__}; expected a dict of argument id to array",
+            )
+        unknown = sorted(set(feeds) - set(self._args))
+        missing = sorted(set(self._args) - set(feeds))
+        if unknown or missing:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"feeds name {sorted(feeds)}; expected exactly {sorted(self._args)}"
+                + (f" (unknown: {unknown})" if unknown else "")
+                + (f" (missing: {missing})" if missing else ""),
+            )
+        wanted = [v.id for v in self.executable.outputs] if output_ids is None else output_ids
+        outputs = {v.id for v in self.executable.outputs}
+        bad = [i for i in wanted if i not in outputs]
+        if bad:
+            raise OdlaError(
+                Status.INVALID_PARAM, f"output ids {bad} are not outputs; outputs: {sorted(outputs)}"
+            )
+        context = Context()
+        for value_id, data in feeds.items():
+            context.bind_input(self._args[value_id], data)
+        self.executable.launch(context)
+        return [context.results[i] for i in wanted]
+
+    def save(self, path) -> None:
+        store_executable(path, self.executable)

@@ -1,0 +1,19 @@
+"""Lowering of ODLA computations to Relax, TVM's graph IR.
+
+The ODLA layer hands operands as opaque handles (Relax expressions) and plain attributes;
+this package knows nothing of devices, targets or files.
+"""
+
+from .errors import LoweringError
+from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
+from .registry import register, registered_ops
+
+__all__ = [
+    "DYNAMIC_DIM",
+    "GraphBuilder",
+    "LoweringError",
+    "dtype_of",
+    "register",
+    "registered_ops",
+    "shape_of",
+]

@@ -1,0 +1,24 @@
+"""Targets: what each device compiles to, and compiling and running for it."""
+
+from .registry import (
+    TargetSpec,
+    available_targets,
+    cpu_count,
+    get_target,
+    host_cpu,
+    register_target,
+    tvm_version,
+)
+from .runtime import CompiledModule, compile_module
+
+__all__ = [
+    "CompiledModule",
+    "TargetSpec",
+    "available_targets",
+    "compile_module",
+    "cpu_count",
+    "get_target",
+    "host_cpu",
+    "register_target",
+    "tvm_version",
+]
