@@ -307,7 +307,7 @@ def set_computation_item(computation: Computation, item_type: ItemType, value) -
         item_type = ItemType(item_type)
     except ValueError:
         raise OdlaError(
-            Status.INVALID_PARAM, f"item type {item_type!r} is not an ODLA item type (0..27)"
+            Status.INVALID_PARAM, f"item type is {item_type!r}; expected an ODLA item type (0..27)"
         ) from None
     comp.items[item_type] = value
     comp.revision += 1

@@ -122,7 +122,7 @@ def set_context_item(context: Context, item_type: ItemType, value) -> None:
         item_type = ItemType(item_type)
     except ValueError:
         raise OdlaError(
-            Status.INVALID_PARAM, f"item type {item_type!r} is not an ODLA item type (0..27)"
+            Status.INVALID_PARAM, f"item type is {item_type!r}; expected an ODLA item type (0..27)"
         ) from None
     ctx.items[item_type] = value
 

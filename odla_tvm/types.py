@@ -228,7 +228,7 @@ class ValueShape:
             dims = tuple(int(d) for d in dims)
         except (TypeError, ValueError):
             raise OdlaError(
-                Status.INVALID_PARAM, f"shape {dims!r} is not a sequence of integers"
+                Status.INVALID_PARAM, f"shape is {dims!r}; expected a sequence of integers"
             ) from None
         if len(dims) > MAX_DIMENSION:
             raise OdlaError(
@@ -290,7 +290,7 @@ class ValueType:
         except ValueError:
             raise OdlaError(
                 Status.UNSUPPORTED_DATATYPE,
-                f"element type {element_type!r} is not an ODLA element type (0..21)",
+                f"element type is {element_type!r}; expected an ODLA element type (0..21)",
             ) from None
         object.__setattr__(self, "element_type", element_type)
         object.__setattr__(self, "shape", as_shape(shape))

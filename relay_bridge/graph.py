@@ -81,7 +81,7 @@ class GraphBuilder:
         except LoweringError as err:
             del self._bindings[start:]
             raise LoweringError(f"{op_name} ({name}): {err}") from None
-        except (tvm.error.TVMError, ValueError, TypeError) as err:
+        except (RuntimeError, ValueError, TypeError, IndexError) as err:  # how TVM reports bad IR
             del self._bindings[start:]
             detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise LoweringError(f"{op_name} ({name}): {detail}") from None

@@ -77,7 +77,7 @@ def squeeze(emit, x, *, axes):
     for a in axes:
         _check_axis(x, a)
         if int(dims[a]) != 1:
-            raise LoweringError(f"axis {a} of {x.ty} has size {dims[a]}; expected 1 to squeeze")
+            raise LoweringError(f"axis {a} of {x.ty} has size {int(dims[a])}; expected 1 to squeeze")
     return R.squeeze(x, list(axes) if axes else None)
 
 
