@@ -220,6 +220,17 @@ class Computation:
             self.outputs.append(value)
             self.revision += 1
 
+    # -- the same operations as the ODLA functions, for those who prefer objects -------------
+    def compile(self, device=None):
+        from .executable import compile_computation
+
+        return compile_computation(self, device)
+
+    def execute(self, context, mode=0, device=None) -> None:
+        from .executable import execute_computation
+
+        execute_computation(self, context, mode, device)
+
     def build_module(self):
         """The computation lowered to an IRModule: arguments then variables in, outputs out."""
         self._check_alive()

@@ -67,6 +67,9 @@ class Context:
             )
         self.output_buffers[value.id] = buffer
 
+    def get_data(self, value: Value, data: np.ndarray | None = None) -> np.ndarray:
+        return get_value_data(value, data, self)
+
     def store_result(self, value: Value, result: np.ndarray) -> None:
         """Writes ``result`` into the bound buffer (validated by ``check_output_buffer``)."""
         buffer = self.output_buffers.get(value.id)

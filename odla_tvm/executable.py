@@ -76,6 +76,14 @@ class Executable:
         for value, result in zip(self.outputs, results):
             ctx.store_result(value, result)
 
+    def store(self, location=None):
+        """store_executable(location, self): a file, or the bytes when ``location`` is None."""
+        return store_executable(location, self)
+
+    @staticmethod
+    def load(location, device: Device | None = None) -> "Executable":
+        return load_executable(location, device)
+
     # -- storing --------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         self._check_alive()

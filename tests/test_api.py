@@ -193,3 +193,23 @@ def test_destroyed_objects_refuse_use():
     odla.destroy_context(ctx)
     with pytest.raises(odla.OdlaError):
         odla.bind_to_argument(a, np.ones((2, 3), np.float32), ctx)
+
+
+def test_object_methods_share_the_function_implementation(tmp_path):
+    comp, a, b, s, p = _two_input_computation()
+    x, y = np.full((2, 3), 3.0, np.float32), np.full((2, 3), 4.0, np.float32)
+    ctx = odla.Context()
+    ctx.bind_input(a, x)
+    ctx.bind_input(b, y)
+    comp.execute(ctx)
+    np.testing.assert_array_equal(ctx.get_data(s), x + y)
+    exe = comp.compile()
+    exe.store(tmp_path / "m.odla")
+    loaded = odla.Executable.load(tmp_path / "m.odla")
+    ctx2 = odla.Context()
+    ctx2.bind_input(loaded.args[0], x)
+    ctx2.bind_input(loaded.args[1], y)
+    loaded.launch(ctx2)
+    np.testing.assert_array_equal(ctx2.get_data(loaded.outputs[1]), x * y)
+    with pytest.raises(odla.OdlaError, match="holds no data for 'sum'"):
+        odla.Context().get_data(s)

@@ -1,0 +1,49 @@
+"""The odla-tvm command: info prints versions, devices and targets; demo runs the quickstart job."""
+
+import os
+import re
+import subprocess
+import sys
+
+import tvm
+
+import odla_tvm as odla
+
+# The first op set (issue 2), by ODLA name.
+FOUNDATION_OPS = set(
+    "Conv DeConv BatchNormalization MaxPool AveragePool Gemm BatchMatMul Relu LeakyRelu Sigmoid "
+    "Tanh Gelu Softmax LogSoftmax Add Sub Mul Div Pow Sqrt Exp Log Max Min Abs Neg Clamp Reshape "
+    "Transpose Concat Slice Gather Pad Cast ReduceMean ReduceSum ReduceMax Squeeze ExpandDims".split()
+)
+
+
+def _run(*args):
+    # The console script lives beside the interpreter in the venv.
+    script = os.path.join(os.path.dirname(sys.executable), "odla-tvm")
+    done = subprocess.run([script, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_info_prints_versions_devices_and_targets():
+    out = _run("info")
+    assert f"odla-tvm {odla.__version__}" in out
+    assert "ODLA API 0.5.0" in out
+    assert f"TVM {tvm.__version__}" in out
+    assert re.search(r"DEFAULT \(index 0\): .*GiB, target host-cpu", out)
+    assert re.search(r"INTEL_X86 \(index 0\)", out)
+    mcpu = tvm.target.codegen.llvm_get_system_cpu()
+    assert f"'mcpu': '{mcpu}'" in out and f"'num-cores': {len(os.sched_getaffinity(0))}" in out
+    listed = set(re.search(r"ops lowered: \d+: (.*)", out).group(1).split(", "))
+    assert FOUNDATION_OPS <= listed, FOUNDATION_OPS - listed
+
+
+def test_demo_prints_outputs_and_latency():
+    out = _run("demo", "--runs", "3", "--batch", "2")
+    rows = re.findall(r"image (\d): class (\d) \(p=([0-9.]+)\), probabilities \[([^\]]+)\]", out)
+    assert [r[0] for r in rows] == ["0", "1"]
+    for _, cls, p, probs in rows:
+        values = [float(v) for v in probs.split()]
+        assert len(values) == 10 and abs(sum(values) - 1.0) < 1e-3
+        assert abs(max(values) - float(p)) < 1e-3 and values.index(max(values)) == int(cls)
+    assert re.search(r"latency over 3 runs: median [0-9.]+ ms", out)
