@@ -18,7 +18,9 @@ from .types import (
     ValueShape,
     ValueType,
     as_shape,
+    checked,
     element_type_of,
+    odla_enum,
 )
 
 
@@ -279,22 +281,13 @@ def checked_array(data, value_type: ValueType, what: str, shape=None) -> np.ndar
 # -- the ODLA functions (odla_compute.h, odla_value.h, odla_ops_basic.h) ----------------------
 
 def _computation(computation) -> Computation:
-    if not isinstance(computation, Computation):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"computation is a {type(computation).__name__}; expected a Computation "
-            "from create_computation()",
-        )
+    checked(computation, Computation, "computation", "a Computation from create_computation()")
     computation._check_alive()
     return computation
 
 
 def _value(value) -> Value:
-    if not isinstance(value, Value):
-        raise OdlaError(
-            Status.INVALID_PARAM, f"value is a {type(value).__name__}; expected an odla Value"
-        )
-    return value
+    return checked(value, Value, "value", "an odla Value")
 
 
 def create_computation() -> Computation:
@@ -314,13 +307,7 @@ def destroy_computation(computation: Computation) -> None:
 
 def set_computation_item(computation: Computation, item_type: ItemType, value) -> None:
     comp = _computation(computation)
-    try:
-        item_type = ItemType(item_type)
-    except ValueError:
-        raise OdlaError(
-            Status.INVALID_PARAM, f"item type is {item_type!r}; expected an ODLA item type (0..27)"
-        ) from None
-    comp.items[item_type] = value
+    comp.items[odla_enum(ItemType, item_type, "item type")] = value
     comp.revision += 1
 
 

@@ -7,11 +7,12 @@ import numpy as np
 from .computation import (
     Value,
     ValueKind,
+    _value,
     checked_array,
     current_computation_or_none,
     find_value_by_id,
 )
-from .types import ItemType, OdlaError, Status, ValueShape, as_shape
+from .types import ItemType, OdlaError, Status, ValueShape, as_shape, checked, odla_enum
 
 
 class Context:
@@ -90,21 +91,9 @@ class Context:
 
 
 def _context(context) -> Context:
-    if not isinstance(context, Context):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"context is a {type(context).__name__}; expected a Context from create_context()",
-        )
+    checked(context, Context, "context", "a Context from create_context()")
     context._check_alive()
     return context
-
-
-def _value(value) -> Value:
-    if not isinstance(value, Value):
-        raise OdlaError(
-            Status.INVALID_PARAM, f"value is a {type(value).__name__}; expected an odla Value"
-        )
-    return value
 
 
 def create_context() -> Context:
@@ -120,14 +109,7 @@ def destroy_context(context: Context) -> None:
 
 
 def set_context_item(context: Context, item_type: ItemType, value) -> None:
-    ctx = _context(context)
-    try:
-        item_type = ItemType(item_type)
-    except ValueError:
-        raise OdlaError(
-            Status.INVALID_PARAM, f"item type is {item_type!r}; expected an ODLA item type (0..27)"
-        ) from None
-    ctx.items[item_type] = value
+    _context(context).items[odla_enum(ItemType, item_type, "item type")] = value
 
 
 def bind_to_argument(value: Value, data, context: Context) -> None:

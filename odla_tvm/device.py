@@ -6,7 +6,7 @@ import platform
 
 import targets
 
-from .types import DeviceInfo, DeviceName, OdlaError, Status, VendorName
+from .types import DeviceInfo, DeviceName, OdlaError, Status, VendorName, checked, odla_enum
 from .version import __version__
 
 # ODLA device names this build can compile for, each with the target it uses.
@@ -41,13 +41,7 @@ def available_devices() -> list[DeviceName]:
 
 def allocate_device(vendor=None, device_name: DeviceName = DeviceName.DEFAULT,
                     device_idx: int = 0) -> Device:
-    try:
-        device_name = DeviceName(device_name)
-    except ValueError:
-        raise OdlaError(
-            Status.UNSUPPORTED_DEVICE_TYPE,
-            f"device name {device_name!r} is not an ODLA device name (0..{len(DeviceName) - 1})",
-        ) from None
+    device_name = odla_enum(DeviceName, device_name, "device name", Status.UNSUPPORTED_DEVICE_TYPE)
     if device_name not in _DEVICE_TARGETS:
         raise OdlaError(
             Status.UNSUPPORTED_DEVICE_TYPE,
@@ -70,11 +64,7 @@ def default_device() -> Device:
 def checked_device(device) -> Device:
     if device is None:
         return default_device()
-    if not isinstance(device, Device):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"device is a {type(device).__name__}; expected a Device from allocate_device()",
-        )
+    checked(device, Device, "device", "a Device from allocate_device()")
     if device.destroyed:
         raise OdlaError(Status.INVALID_PARAM, f"{device!r} was destroyed; allocate a new one")
     return device
@@ -108,12 +98,7 @@ def _cpu_model() -> str:
 def get_device_info(device: Device, info_type: DeviceInfo):
     """One ``odla_device_info`` item: str for versions and names, int for counts and bytes."""
     device = checked_device(device)
-    try:
-        info_type = DeviceInfo(info_type)
-    except ValueError:
-        raise OdlaError(
-            Status.INVALID_PARAM, f"device info item {info_type!r} is not an ODLA item (0..12)"
-        ) from None
+    info_type = odla_enum(DeviceInfo, info_type, "device info item")
     answers = {
         DeviceInfo.ODLA_LIB_VERSION: lambda: f"odla-tvm {__version__}",
         DeviceInfo.DEV_COUNT: lambda: 1,

@@ -16,7 +16,7 @@ import targets
 from .computation import Computation, Value, ValueKind, _computation, _index
 from .context import Context, _context
 from .device import Device, checked_device
-from .types import ComputeMode, OdlaError, Status, ValueType
+from .types import ComputeMode, OdlaError, Status, ValueType, checked, odla_enum
 from .version import __version__
 
 _MAGIC = b"ODLATVM\0"
@@ -116,11 +116,7 @@ def _slot(value: Value) -> dict:
 
 
 def _executable(executable) -> Executable:
-    if not isinstance(executable, Executable):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"executable is a {type(executable).__name__}; expected an Executable",
-        )
+    checked(executable, Executable, "executable", "an Executable")
     executable._check_alive()
     return executable
 
@@ -143,10 +139,7 @@ def execute_computation(computation: Computation, context: Context,
                         mode: ComputeMode = ComputeMode.DEFAULT, device: Device | None = None) -> None:
     """Runs a computation, compiling it on first use for this device and caching the result."""
     comp = _computation(computation)
-    try:
-        mode = ComputeMode(mode)
-    except ValueError:
-        raise OdlaError(Status.INVALID_PARAM, f"compute mode {mode!r} is not 0, 1 or 2") from None
+    mode = odla_enum(ComputeMode, mode, "compute mode")
     if mode is ComputeMode.TRAINING:
         raise OdlaError(
             Status.UNSUPPORTED_OP,

@@ -308,3 +308,22 @@ class ValueType:
 
     def __repr__(self):
         return f"ValueType({self.element_type.name}, {self.shape.dims})"
+
+
+def checked(obj, cls, what: str, expected: str):
+    """``obj`` when it is a ``cls``; else an INVALID_PARAM error naming what was given."""
+    if not isinstance(obj, cls):
+        raise OdlaError(
+            Status.INVALID_PARAM, f"{what} is a {type(obj).__name__}; expected {expected}"
+        )
+    return obj
+
+
+def odla_enum(enum_cls, value, what: str, status: Status = Status.INVALID_PARAM):
+    """``value`` as a member of ODLA enum ``enum_cls``; else an error listing the range."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        raise OdlaError(
+            status, f"{what} is {value!r}; expected an ODLA {enum_cls.__name__} (0..{len(enum_cls) - 1})"
+        ) from None

@@ -55,7 +55,9 @@ class GraphBuilder:
 
     @staticmethod
     def constant(array: np.ndarray) -> relax.Constant:
-        return relax.const(np.ascontiguousarray(array))
+        # np.ascontiguousarray would make a scalar 1-d; an explicit dtype keeps int64 and
+        # float64 from being narrowed.
+        return relax.const(np.require(array, requirements="C"), str(array.dtype))
 
     def _emit(self, expr: relax.Expr, hint: str = "t") -> relax.Var:
         if isinstance(expr, relax.Var):

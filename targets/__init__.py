@@ -9,11 +9,12 @@ from .registry import (
     register_target,
     tvm_version,
 )
-from .runtime import CompiledModule, compile_module
+from .runtime import CompiledModule, ToolchainMissing, compile_module
 
 __all__ = [
     "CompiledModule",
     "TargetSpec",
+    "ToolchainMissing",
     "available_targets",
     "compile_module",
     "cpu_count",

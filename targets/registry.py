@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -17,7 +18,12 @@ class TargetSpec:
     target: dict
     device_kind: str  # "cpu" or "cuda": the TVM runtime device the module runs on
     description: str
-    tags: tuple[str, ...] = field(default=())
+    arch: str = field(default_factory=platform.machine)  # machine the code runs on (uname -m)
+    cross_compiler: str | None = None  # C++ compiler that links for ``arch`` from this host
+    debian_packages: tuple[str, ...] = ()  # what provides the cross compiler and an emulator
+
+    def runs_here(self) -> bool:
+        return self.arch == platform.machine()
 
     def tvm_target(self) -> tvm.target.Target:
         return tvm.target.Target(dict(self.target))
@@ -67,9 +73,25 @@ def host_cpu() -> TargetSpec:
     )
 
 
+AARCH64_LINUX = TargetSpec(
+    name="aarch64-linux",
+    # TVM's raspberry-pi/4b-aarch64 tag without its host entry: a Cortex-A72 class core with NEON
+    # (Raspberry Pi 4, and a safe baseline for Jetson boards).
+    target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72",
+            "mattr": ["+neon"], "num-cores": 4},
+    device_kind="cpu",
+    description="64-bit Arm Linux (Raspberry Pi 4 / Jetson class, Cortex-A72 baseline)",
+    arch="aarch64",
+    cross_compiler="aarch64-linux-gnu-g++",
+    debian_packages=("g++-aarch64-linux-gnu", "qemu-user-static"),
+)
+
+
 def _ensure_builtin():
     if "host-cpu" not in _TARGETS:
         register_target(host_cpu())
+        if platform.machine() != "aarch64":
+            register_target(AARCH64_LINUX)
 
 
 def tvm_version() -> str:

@@ -1,8 +1,9 @@
-"""Compiles an IRModule for a target and runs the result on its device."""
+"""Compiles an IRModule for a target, exports the result, and runs it where it can run."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 
@@ -13,30 +14,66 @@ from tvm import relax
 from .registry import TargetSpec
 
 
+class ToolchainMissing(RuntimeError):
+    """The compiler that links for a target is not installed; the message says how to get it."""
+
+
+def _fcompile(spec: TargetSpec):
+    if spec.cross_compiler is None:
+        return None  # TVM's default: the host's C++ compiler
+    if shutil.which(spec.cross_compiler) is None:
+        raise ToolchainMissing(
+            f"{spec.cross_compiler} is not installed, so nothing can be linked for {spec.name}; "
+            f"install it with: apt-get install {' '.join(spec.debian_packages)} "
+            "(or run scripts/setup-cross.sh)"
+        )
+    return tvm.support.cc.cross_compiler(spec.cross_compiler)
+
+
 class CompiledModule:
-    """A compiled Relax VM module bound to one device; ``run`` maps NumPy in to NumPy out."""
+    """A compiled Relax VM module for one target; ``run`` maps NumPy in to NumPy out on the
+    target's device when the target is this machine."""
 
     def __init__(self, library, spec: TargetSpec, device_index: int = 0):
         self.library = library
         self.spec = spec
-        self.device = spec.tvm_device(device_index)
-        self._vm = relax.VirtualMachine(library, self.device)
-        self._main = self._vm["main"]
+        self.device_index = device_index
+        self._main = None
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
 
+    def _entry(self):
+        if self._main is None:
+            if not self.spec.runs_here():
+                raise RuntimeError(
+                    f"code for {self.spec.name} ({self.spec.arch}) cannot run on this "
+                    f"{os.uname().machine} machine; export it and run it on the device"
+                )
+            device = self.spec.tvm_device(self.device_index)
+            self._device = device
+            self._main = relax.VirtualMachine(self.library, device)["main"]
+        return self._main
+
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        tensors = [tvm.runtime.tensor(np.ascontiguousarray(a), self.device) for a in inputs]
+        main = self._entry()
+        tensors = [tvm.runtime.tensor(np.require(a, requirements="C"), self._device) for a in inputs]
         with self._lock:
-            result = self._main(*tensors)
+            result = main(*tensors)
         return [r.numpy() for r in result]
 
+    def export(self, path: str) -> None:
+        """Writes the module as a shared library for its target (what export_library writes)."""
+        self.library.export_library(path, fcompile=_fcompile(self.spec))
+
     def to_bytes(self) -> bytes:
-        """The module as a shared library (what export_library writes)."""
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "module.so")
-            self.library.export_library(path)
+            self.export(path)
             with open(path, "rb") as f:
                 return f.read()
+
+    @classmethod
+    def load(cls, path: str, spec: TargetSpec, device_index: int = 0) -> "CompiledModule":
+        return cls(tvm.runtime.load_module(path), spec, device_index)
 
     @classmethod
     def from_bytes(cls, data: bytes, spec: TargetSpec, device_index: int = 0) -> "CompiledModule":
@@ -45,11 +82,11 @@ class CompiledModule:
             with open(path, "wb") as f:
                 f.write(data)
             # The loader maps the file; it may be unlinked once loaded.
-            library = tvm.runtime.load_module(path)
-        return cls(library, spec, device_index)
+            return cls.load(path, spec, device_index)
 
 
 def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0) -> CompiledModule:
-    with spec.tvm_target():
-        library = tvm.compile(mod, target=spec.tvm_target())
+    target = spec.tvm_target()
+    with target:
+        library = tvm.compile(mod, target=target)
     return CompiledModule(library, spec, device_index)

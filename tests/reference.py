@@ -104,7 +104,8 @@ def deconv(x, w, bias=None, *, strides, dilations, pads_front, pads_back, group=
 
 
 def batch_normalization(x, mean, var, epsilon, scale=1.0, offset=0.0):
-    """Inference batch normalization of channels-first ``x``; scale/offset: per channel or scalar."""
+    """Inference batch normalization of channels-first ``x``; scale and offset are per-channel
+    arrays or scalars."""
     shape = [-1] + [1] * (x.ndim - 2)
 
     def per_channel(v):

@@ -250,7 +250,7 @@ def test_device_and_mode_errors(scale_model):
     odla.bind_to_argument(x, np.ones((2, 3), np.float32), ctx)
     with expect_error(Status.UNSUPPORTED_OP, "TRAINING"):
         odla.execute_computation(comp, ctx, odla.ComputeMode.TRAINING, device)
-    with expect_error(Status.INVALID_PARAM, "compute mode 7"):
+    with expect_error(Status.INVALID_PARAM, "compute mode is 7"):
         odla.execute_computation(comp, ctx, 7, device)
     odla.destroy_device(device)
     with expect_error(Status.INVALID_PARAM, "destroyed"):

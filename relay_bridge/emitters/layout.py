@@ -28,8 +28,20 @@ def kernel_layout(rank: int, odla_layout: str) -> str:
     return odla_layout.replace("S", _SPATIAL[-rank:])
 
 
-def channel_axis(rank: int, channels_last: bool) -> int:
-    return rank + 1 if channels_last else 1
+def kernel_permutation(rank: int, src: str, dst: str) -> list[int]:
+    """The axis order that turns a kernel in ODLA layout ``src`` into layout ``dst``."""
+    src_axes, dst_axes = kernel_layout(rank, src), kernel_layout(rank, dst)
+    return [src_axes.index(axis) for axis in dst_axes]
+
+
+def to_channels_first_order(rank: int) -> list[int]:
+    """Axis order from (N, spatial..., C) to (N, C, spatial...)."""
+    return [0, rank + 1] + list(range(1, rank + 1))
+
+
+def to_channels_last_order(rank: int) -> list[int]:
+    """Axis order from (N, C, spatial...) to (N, spatial..., C)."""
+    return [0] + list(range(2, rank + 2)) + [1]
 
 
 def spatial_dims(x: relax.Expr, channels_last: bool) -> list[int]:

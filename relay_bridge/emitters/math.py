@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 from tvm import relax
 from tvm.relax import op as R
 
@@ -46,9 +45,10 @@ for _name, _op in _BINARY.items():
 def clamp(emit, x, *, lo, hi):
     if lo > hi:
         raise LoweringError(f"lo {lo} is greater than hi {hi}; expected lo <= hi")
-    dtype = x.ty.dtype
-    bounded_above = emit(R.minimum(x, relax.const(np.array(hi).astype(dtype))))
-    return R.maximum(bounded_above, relax.const(np.array(lo).astype(dtype)))
+    # Bounds in x's dtype, given explicitly: relax.const alone narrows int64 to int32.
+    dtype = str(x.ty.dtype)
+    bounded_above = emit(R.minimum(x, relax.const(hi, dtype)))
+    return R.maximum(bounded_above, relax.const(lo, dtype))
 
 
 def _swap_last_two(emit, x):

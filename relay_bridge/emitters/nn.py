@@ -8,12 +8,14 @@ from tvm.relax import op as R
 from ..errors import LoweringError
 from ..registry import register
 from .layout import (
-    channel_axis,
     check_window,
     data_layout,
     kernel_layout,
+    kernel_permutation,
     spatial_dims,
     spatial_rank,
+    to_channels_first_order,
+    to_channels_last_order,
 )
 
 _CONV = {1: R.nn.conv1d, 2: R.nn.conv2d, 3: R.nn.conv3d}
@@ -51,28 +53,45 @@ def conv(emit, x, kernel, bias, *, channels_last, kernel_layout_name, group, str
     return _add_channel_bias(emit, y, bias, rank, channels_last)
 
 
+def _output_padding(natural, output_dims, channels_last, strides, dilations):
+    """The output padding that grows the natural channels-first output of a transposed
+    convolution to ODLA's ``output_dims`` (given in the input's layout)."""
+    rank = len(natural) - 2
+    natural = [int(n) for n in natural]
+    out_spatial = output_dims[1:-1] if channels_last else output_dims[2:]
+    extra = [int(o) - n for o, n in zip(out_spatial, natural[2:])]
+    if any(e < 0 or e >= max(s, d) for e, s, d in zip(extra, strides, dilations)):
+        if channels_last:
+            natural = [natural[i] for i in to_channels_last_order(rank)]
+        raise LoweringError(
+            f"output_dims {tuple(output_dims)} cannot be reached; the natural output is "
+            f"{tuple(natural)} and output padding must be below the stride"
+        )
+    return tuple(extra)
+
+
 @register("DeConv")
 def deconv(emit, x, kernel, bias, *, channels_last, kernel_layout_name, group, strides,
            dilations, paddings_front, paddings_back, output_dims):
     rank = spatial_rank(x)
-    layout = data_layout(rank, channels_last)
+    # TOPI lowers transposed convolutions only for channels-first data and IOS kernels,
+    # so other layouts are permuted to those and the result back.
+    if channels_last:
+        x = emit(R.permute_dims(x, to_channels_first_order(rank)))
+    if kernel_layout_name != "IOS":
+        kernel = emit(R.permute_dims(kernel, kernel_permutation(rank, kernel_layout_name, "IOS")))
     op = _CONV_TRANSPOSE[rank]
     args = dict(strides=tuple(strides), padding=tuple(paddings_front) + tuple(paddings_back),
-                dilation=tuple(dilations), groups=group, data_layout=layout,
-                kernel_layout=kernel_layout(rank, kernel_layout_name))
+                dilation=tuple(dilations), groups=group, data_layout=data_layout(rank, False),
+                kernel_layout=kernel_layout(rank, "IOS"))
     if output_dims is not None:
         # ODLA gives the output shape; TVM wants the extra output padding that yields it.
         natural = emit(op(x, kernel, **args)).ty.shape.values
-        out_spatial = output_dims[1:-1] if channels_last else output_dims[2:]
-        nat_spatial = natural[1:-1] if channels_last else natural[2:]
-        extra = [int(o) - int(n) for o, n in zip(out_spatial, nat_spatial)]
-        if any(e < 0 or e >= max(s, d) for e, s, d in zip(extra, strides, dilations)):
-            raise LoweringError(
-                f"output_dims {tuple(output_dims)} cannot be reached; the natural output is "
-                f"{tuple(int(n) for n in natural)} and output padding must be below the stride"
-            )
-        args["output_padding"] = tuple(extra)
+        args["output_padding"] = _output_padding(natural, output_dims, channels_last, strides,
+                                                 dilations)
     y = emit(op(x, kernel, **args))
+    if channels_last:
+        y = emit(R.permute_dims(y, to_channels_last_order(rank)))
     return _add_channel_bias(emit, y, bias, rank, channels_last)
 
 

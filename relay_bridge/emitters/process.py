@@ -52,7 +52,9 @@ def gather(emit, x, indices, *, axis):
     _check_axis(x, axis)
     if indices.ty.dtype not in ("int32", "int64"):
         raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
-    return R.take(x, indices, axis)
+    # "wrap" gives negative indices their ODLA/ONNX meaning (from the end) and keeps an
+    # out-of-range index from reading outside the tensor.
+    return R.take(x, indices, axis, mode="wrap")
 
 
 @register("Pad")
