@@ -40,6 +40,7 @@ from .context import (
     set_context_item,
     set_runtime_shape,
 )
+from .bundle import export
 from .device import Device, allocate_device, available_devices, destroy_device, get_device_info
 from .executable import (
     Executable,

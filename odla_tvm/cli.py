@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
+import os
 import sys
 
 from . import demo
+from .bundle import export as export_bundle
 from .device import allocate_device, available_devices, get_device_info
-from .types import ODLA_API_VERSION, DeviceInfo, OdlaError
+from .executable import load_executable
+from .types import ODLA_API_VERSION, DeviceInfo, OdlaError, Status
 from .version import __version__
 
 
@@ -31,6 +36,33 @@ def info(_args) -> None:
     print(f"ops lowered: {len(ops)}: {', '.join(ops)}")
 
 
+def load_model(model: str):
+    """A computation or executable from MODEL: a stored executable (.odla), an ONNX file, or
+    ``package.module:function`` returning a computation built through the ODLA API."""
+    if ":" in model and not os.path.exists(model):
+        module_name, _, function_name = model.partition(":")
+        try:
+            builder = getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError) as err:
+            raise OdlaError(
+                Status.INVALID_PARAM, f"MODEL {model!r}: cannot find {function_name} in "
+                f"{module_name} ({err}); expected package.module:function"
+            ) from None
+        return builder()
+    if model.endswith(".onnx"):
+        from .frontends.onnx import import_model
+
+        return import_model(model)
+    return load_executable(model)
+
+
+def export(args) -> None:
+    model = load_model(args.model)
+    bundle = export_bundle(model, args.target, args.output, with_runner=args.with_runner)
+    print(f"exported {args.model} for {args.target} to {bundle}")
+    print((bundle / "README.txt").read_text())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -40,10 +72,24 @@ def main(argv=None) -> int:
     )
     demo_parser.add_argument("--batch", type=int, default=1)
     demo_parser.add_argument("--runs", type=int, default=50)
+    export_parser = commands.add_parser(
+        "export", help="write a deployable bundle of MODEL for a target (see README.txt inside)"
+    )
+    export_parser.add_argument(
+        "model", help="a stored executable (.odla), an ONNX model (.onnx), or "
+        "package.module:function returning an ODLA computation")
+    export_parser.add_argument("--target", default="host-cpu",
+                               help="target name (odla-tvm info lists them); default host-cpu")
+    export_parser.add_argument("-o", "--output", required=True, help="bundle directory")
+    export_parser.add_argument("--with-runner", action="store_true",
+                               help="add bin/odla_runner and the TVM runtime for the target")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.command == "info":
             info(args)
+        elif args.command == "export":
+            export(args)
         else:
             demo.main(args.batch, args.runs)
     except OdlaError as err:

@@ -85,6 +85,23 @@ class Executable:
         return load_executable(location, device)
 
     # -- storing --------------------------------------------------------------------------
+    def manifest(self) -> dict:
+        """What a loader checks before it touches the library, and the slots it restores."""
+        spec = self.module.spec
+        return {
+            "odla_tvm_version": __version__,
+            "tvm_version": targets.tvm_version(),
+            "tvm_ffi_version": targets.tvm_ffi_version(),
+            "target_name": spec.name,
+            "target": spec.target,
+            "target_key": spec.key(),
+            "arch": spec.arch,
+            "device_kind": spec.device_kind,
+            "args": [_slot(v) for v in self.args],
+            "outputs": [_slot(v) for v in self.outputs],
+            "variables": [_slot(v) for v in self.variables],
+        }
+
     def to_bytes(self) -> bytes:
         self._check_alive()
         library = self.module.to_bytes()
@@ -96,17 +113,7 @@ class Executable:
             layout[name] = {"offset": offset, "size": len(blob),
                             "sha256": hashlib.sha256(blob).hexdigest()}
             offset += len(blob)
-        manifest = {
-            "odla_tvm_version": __version__,
-            "tvm_version": targets.tvm_version(),
-            "target": self.module.spec.target,
-            "target_key": self.module.spec.key(),
-            "device_kind": self.module.spec.device_kind,
-            "args": [_slot(v) for v in self.args],
-            "outputs": [_slot(v) for v in self.outputs],
-            "variables": [_slot(v) for v in self.variables],
-            "sections": layout,
-        }
+        manifest = {**self.manifest(), "sections": layout}
         blob = json.dumps(manifest).encode()
         return _HEADER.pack(_MAGIC, _FORMAT_VERSION, len(blob)) + blob + b"".join(sections.values())
 
@@ -195,7 +202,8 @@ def _corrupt(what: str) -> OdlaError:
 
 
 def load_executable(location, device: Device | None = None) -> Executable:
-    """Loads an executable from a file path or from bytes; it runs with no recompilation."""
+    """Loads an executable from a stored file, its bytes, or an exported bundle directory;
+    it runs with no recompilation."""
     if isinstance(location, (bytes, bytearray, memoryview)):
         blob = bytes(location)
     else:
@@ -206,37 +214,62 @@ def load_executable(location, device: Device | None = None) -> Executable:
                 Status.INVALID_PARAM,
                 f"location is a {type(location).__name__}; expected a file path or bytes",
             ) from None
+        if os.path.isdir(path):
+            from .bundle import load_bundle  # bundle builds on this module
+
+            return load_bundle(path, device)
         if not os.path.isfile(path):
             raise OdlaError(Status.FILE_NOT_EXIST, f"executable file {path!r} does not exist")
         with open(path, "rb") as f:
             blob = f.read()
     manifest, sections = _parse(blob)
-    device = checked_device(device)
-    stored_key = manifest["target_key"]
-    if manifest["tvm_version"] != targets.tvm_version():
-        raise OdlaError(
-            Status.UNSUPPORTED_DEVICE_TYPE,
-            f"executable was built by TVM {manifest['tvm_version']}; this is TVM "
-            f"{targets.tvm_version()}; recompile it from its computation",
-        )
-    if stored_key != device.target.key():
-        raise OdlaError(
-            Status.UNSUPPORTED_DEVICE_TYPE,
-            f"executable was compiled for target {stored_key}; device {device.name.name} "
-            f"compiles for {device.target.key()}; recompile it for this device",
-        )
+    device = check_compatible(manifest, device, "executable")
     try:
         module = targets.CompiledModule.from_bytes(sections["library"], device.target, device.index)
         arrays = np.load(io.BytesIO(sections["variables"]))
-        args = [_slot_value(s, ValueKind.ARGUMENT) for s in manifest["args"]]
-        outputs = [_slot_value(s, ValueKind.RESULT) for s in manifest["outputs"]]
-        variables = [_slot_value(s, ValueKind.VARIABLE, arrays[f"v{i}"])
-                     for i, s in enumerate(manifest["variables"])]
+        variables = [arrays[f"v{i}"] for i in range(len(manifest["variables"]))]
+        return executable_from_manifest(module, device, manifest, variables)
     except OdlaError:
         raise
     except Exception as err:  # noqa: BLE001
         raise _corrupt(f"its contents do not load ({err})") from None
-    return Executable(module, device, args, outputs, variables)
+
+
+def check_compatible(manifest: dict, device: Device | None, what: str) -> Device:
+    """The device to load on, after refusing code for another machine, target or TVM."""
+    device = checked_device(device)
+    machine = targets.host_cpu().arch
+    try:
+        arch, tvm_version, key = manifest["arch"], manifest["tvm_version"], manifest["target_key"]
+    except (KeyError, TypeError):
+        raise _corrupt("its manifest lacks arch, tvm_version or target_key") from None
+    if arch != machine:
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"{what} holds {arch} code; this machine is {machine}; run it on a machine of that kind "
+            "(a bundle's bin/odla_runner needs no Python) or recompile it for this one",
+        )
+    if tvm_version != targets.tvm_version():
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"{what} was built by TVM {tvm_version}; this is TVM {targets.tvm_version()}; "
+            "recompile it from its computation",
+        )
+    if key != device.target.key():
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"{what} was compiled for target {key}; device {device.name.name} compiles for "
+            f"{device.target.key()}; recompile it for this device",
+        )
+    return device
+
+
+def executable_from_manifest(module, device: Device, manifest: dict, variables: list) -> Executable:
+    args = [_slot_value(s, ValueKind.ARGUMENT) for s in manifest["args"]]
+    outputs = [_slot_value(s, ValueKind.RESULT) for s in manifest["outputs"]]
+    slots = [_slot_value(s, ValueKind.VARIABLE, data)
+             for s, data in zip(manifest["variables"], variables, strict=True)]
+    return Executable(module, device, args, outputs, slots)
 
 
 def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:

@@ -7,11 +7,16 @@ from .registry import (
     get_target,
     host_cpu,
     register_target,
+    tvm_ffi_version,
     tvm_version,
 )
+from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
 from .runtime import CompiledModule, ToolchainMissing, compile_module
 
 __all__ = [
+    "RUNTIME_LIBRARIES",
+    "build_runner",
+    "runtime_libraries",
     "CompiledModule",
     "TargetSpec",
     "ToolchainMissing",
@@ -21,5 +26,6 @@ __all__ = [
     "get_target",
     "host_cpu",
     "register_target",
+    "tvm_ffi_version",
     "tvm_version",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import tvm
+import tvm_ffi
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,7 @@ def _ensure_builtin():
 
 def tvm_version() -> str:
     return tvm.__version__
+
+
+def tvm_ffi_version() -> str:
+    return tvm_ffi.__version__

@@ -1,0 +1,231 @@
+"""Deployable bundles: a directory with the compiled library, its parameters, a manifest and,
+on request, a Python-free runner with the TVM runtime for the device's architecture.
+
+"Generate once, link anytime, run anywhere": a bundle exported here for aarch64 runs on a
+Raspberry Pi with ``bin/odla_runner`` and nothing else installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import targets
+
+from .computation import Computation
+from .device import Device
+from .executable import (
+    Executable,
+    _computation,
+    _executable,
+    check_compatible,
+    executable_from_manifest,
+)
+from .types import ElementType, OdlaError, Status, numpy_dtype
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = "odla-tvm-bundle/1"
+LIBRARY = "model.so"
+MANIFEST = "manifest.json"
+
+
+def _file_names(ids: list[str]) -> list[str]:
+    """File-safe, unique names for value ids (ids may hold any character)."""
+    names = []
+    for value_id in ids:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", value_id) or "value"
+        while name in names:
+            name += "_"
+        names.append(name)
+    return names
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _dims(slot: dict) -> str:
+    return ",".join(str(d) for d in slot["type"]["dims"])
+
+
+def _dtype(slot: dict) -> str:
+    return str(numpy_dtype(ElementType[slot["type"]["element_type"]]))
+
+
+def _resolve(model, target) -> Executable:
+    """The executable to export: ``model`` itself, or ``model`` compiled for ``target``."""
+    if isinstance(model, Computation):
+        comp = _computation(model)
+        spec = _target_spec(target)
+        try:
+            module = targets.compile_module(comp.build_module(), spec)
+        except OdlaError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise OdlaError(Status.FAILURE, f"TVM failed to compile for {spec.name}: {err}") from None
+        return Executable(module, None, list(comp.args), list(comp.outputs), list(comp.variables))
+    exe = _executable(model)
+    if target is not None and _target_spec(target).key() != exe.module.spec.key():
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"the executable was compiled for {exe.module.spec.name}, not {target}; "
+            "export the computation instead to compile it for that target",
+        )
+    return exe
+
+
+def _target_spec(target) -> targets.TargetSpec:
+    if target is None:
+        return targets.host_cpu()
+    if isinstance(target, Device):
+        return target.target
+    try:
+        return targets.get_target(str(target))
+    except KeyError as err:
+        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err.args[0])) from None
+
+
+def export(model, target, path, with_runner: bool = False) -> Path:
+    """Writes a deployable bundle of ``model`` (an Executable, or a Computation compiled here
+    for ``target``: a target name such as "host-cpu" or "aarch64-linux", or a Device) to the
+    directory ``path``. ``with_runner`` adds bin/odla_runner and the TVM runtime it needs.
+
+    An existing bundle at ``path`` is replaced; any other existing directory is refused.
+    """
+    exe = _resolve(model, target)
+    destination = Path(os.fspath(path)).absolute()
+    if destination.exists() and not _replaceable(destination):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{destination} exists and is not an odla-tvm bundle; refusing to overwrite it "
+            "(choose a new directory)",
+        )
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".odla-bundle-", dir=destination.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; a bundle is meant to be shared
+    try:
+        _write(exe, staging, with_runner)
+        if destination.exists():
+            retired = Path(tempfile.mkdtemp(prefix=".odla-old-", dir=destination.parent))
+            destination.rename(retired / "bundle")
+            staging.rename(destination)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(destination)
+    except targets.ToolchainMissing as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OdlaError(Status.DL_ERROR, str(err)) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("exported %s bundle to %s", exe.module.spec.name, destination)
+    return destination
+
+
+def _replaceable(path: Path) -> bool:
+    if path.is_dir() and not any(path.iterdir()):
+        return True
+    try:
+        return json.loads((path / MANIFEST).read_text()).get("format") == BUNDLE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _write(exe: Executable, root: Path, with_runner: bool) -> None:
+    spec = exe.module.spec
+    manifest = exe.manifest()
+    exe.module.export(str(root / LIBRARY))
+    for kind in ("args", "outputs", "variables"):
+        for slot, name in zip(manifest[kind], _file_names([s["id"] for s in manifest[kind]])):
+            slot["name"] = name
+    (root / "params").mkdir()
+    for slot, value in zip(manifest["variables"], exe.variables):
+        slot["file"] = f"params/{slot['name']}.npy"
+        np.save(root / slot["file"], value.data)
+    lines = [f"library {LIBRARY}"]
+    lines += [f"arg {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["args"]]
+    lines += [f"var {s['name']} {_dtype(s)} {_dims(s)} {s['file']}" for s in manifest["variables"]]
+    lines += [f"out {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["outputs"]]
+    (root / "signature.txt").write_text("\n".join(lines) + "\n")
+    manifest["runtime_libraries"] = sorted(targets.RUNTIME_LIBRARIES)
+    if with_runner:
+        (root / "lib").mkdir()
+        for name, source in targets.runtime_libraries(spec).items():
+            shutil.copyfile(source, root / "lib" / name)
+        (root / "bin").mkdir()
+        targets.build_runner(spec, root / "bin" / "odla_runner", root / "lib")
+    (root / "README.txt").write_text(_readme(manifest, spec, with_runner))
+    manifest["format"] = BUNDLE_FORMAT
+    manifest["files"] = {
+        str(p.relative_to(root)): _sha256(p) for p in sorted(root.rglob("*")) if p.is_file()
+    }
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _readme(manifest: dict, spec: targets.TargetSpec, with_runner: bool) -> str:
+    inputs = " ".join(f"{s['name']}.npy" for s in manifest["args"])
+    text = [
+        f"odla-tvm bundle for {spec.name}: {spec.description} ({spec.arch})",
+        f"built by odla-tvm {manifest['odla_tvm_version']} with TVM {manifest['tvm_version']}",
+        "",
+        "Run it on the device, with no Python and no compiler:",
+        f"  bin/odla_runner . OUTPUT_DIR [--repeat N] {inputs}",
+        "",
+        "inputs (.npy files, in this order):",
+        *[f"  {s['name']}: {_dtype(s)} {tuple(s['type']['dims'])} (-1: any size)"
+          for s in manifest["args"]],
+        "outputs (written as OUTPUT_DIR/<name>.npy):",
+        *[f"  {s['name']}: {_dtype(s)} {tuple(s['type']['dims'])}" for s in manifest["outputs"]],
+        "",
+        "bin/odla_runner finds lib/libtvm_runtime.so and lib/libtvm_ffi.so beside it."
+        if with_runner else
+        "This bundle has no runner: export again with --with-runner to add bin/odla_runner "
+        "and the TVM runtime for this architecture.",
+        "From Python on a matching machine: odla_tvm.load_executable(\"<this directory>\").",
+        "manifest.json lists every file with its sha256.",
+    ]
+    return "\n".join(text) + "\n"
+
+
+def load_bundle(path, device: Device | None = None) -> Executable:
+    """Loads an exported bundle after checking, before touching its library, that it was
+    built for this machine and this TVM and that no file is missing or altered."""
+    root = Path(path)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise OdlaError(
+            Status.FILE_NOT_EXIST, f"{root} has no {MANIFEST}: not an odla-tvm bundle"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} is unreadable: {err}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{root / MANIFEST} has format {manifest.get('format') if isinstance(manifest, dict) else None!r}; "
+            f"expected {BUNDLE_FORMAT!r}",
+        )
+    device = check_compatible(manifest, device, f"bundle {root}")
+    for name, digest in manifest.get("files", {}).items():
+        file = root / name
+        if not file.is_file():
+            raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
+        if _sha256(file) != digest:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"bundle file {name} was altered: its sha256 differs from the manifest's",
+            )
+    if LIBRARY not in manifest.get("files", {}):
+        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
+    module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index)
+    variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
+    return executable_from_manifest(module, device, manifest, variables)

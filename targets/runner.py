@@ -1,0 +1,110 @@
+"""The Python-free runner: TVM's C++ runtime for a target's machine, and odla_runner built
+against it (source: runner/odla_runner.cc)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+
+from .registry import TargetSpec
+from .runtime import ToolchainMissing
+
+log = logging.getLogger(__name__)
+
+RUNNER_SOURCE = Path(__file__).with_name("runner") / "odla_runner.cc"
+# The two libraries a compiled module needs at run time, by the wheel that ships them.
+RUNTIME_LIBRARIES = {"libtvm_runtime.so": "apache-tvm", "libtvm_ffi.so": "apache-tvm-ffi"}
+_WHEEL_PLATFORMS = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
+
+
+def cache_dir() -> Path:
+    """Where downloaded runtimes are kept: $ODLA_TVM_CACHE_DIR, else the user's cache dir."""
+    base = os.environ.get("ODLA_TVM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "odla-tvm")
+    return Path(base)
+
+
+def _installed_library(name: str) -> Path:
+    package_dir = Path(tvm.__file__ if name == "libtvm_runtime.so" else tvm_ffi.__file__).parent
+    return package_dir / "lib" / name
+
+
+def include_dirs() -> list[Path]:
+    """C++ headers of the runtime (the same for every architecture)."""
+    return [Path(tvm_ffi.__file__).parent / "include", Path(tvm.__file__).parent / "include"]
+
+
+def runtime_libraries(spec: TargetSpec) -> dict[str, Path]:
+    """libtvm_runtime.so and libtvm_ffi.so built for ``spec``'s machine, matching the TVM
+    in use: this process's own for the host, else taken from the PyPI wheels of that
+    architecture (downloaded once into the cache)."""
+    if spec.arch == platform.machine():
+        return {name: _installed_library(name) for name in RUNTIME_LIBRARIES}
+    versions = {pkg: metadata.version(pkg) for pkg in set(RUNTIME_LIBRARIES.values())}
+    target_dir = cache_dir() / "runtime" / spec.arch / versions["apache-tvm"]
+    libraries = {name: target_dir / name for name in RUNTIME_LIBRARIES}
+    if all(p.is_file() for p in libraries.values()):
+        return libraries
+    if spec.arch not in _WHEEL_PLATFORMS:
+        raise ToolchainMissing(f"no TVM runtime wheel is published for {spec.arch}")
+    target_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        requirements = [f"{pkg}=={version}" for pkg, version in sorted(versions.items())]
+        log.info("downloading the %s TVM runtime (%s)", spec.arch, ", ".join(requirements))
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                   "--only-binary=:all:", "--platform", _WHEEL_PLATFORMS[spec.arch],
+                   "--python-version", f"{sys.version_info.major}{sys.version_info.minor}",
+                   "-d", tmp, *requirements]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ToolchainMissing(
+                f"could not download the {spec.arch} TVM runtime ({' '.join(requirements)}): "
+                f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+            )
+        for wheel in Path(tmp).glob("*.whl"):
+            with zipfile.ZipFile(wheel) as archive:
+                for member in archive.namelist():
+                    if Path(member).name in RUNTIME_LIBRARIES and "/lib/" in member:
+                        (target_dir / Path(member).name).write_bytes(archive.read(member))
+    missing = [name for name, path in libraries.items() if not path.is_file()]
+    if missing:
+        raise ToolchainMissing(f"the {spec.arch} TVM wheels lack {', '.join(missing)}")
+    return libraries
+
+
+def compiler(spec: TargetSpec) -> str:
+    """The C++ compiler that builds for ``spec``'s machine on this host."""
+    if spec.cross_compiler is None:
+        found = shutil.which("g++") or shutil.which("c++")
+        if found is None:
+            raise ToolchainMissing("no C++ compiler found; install it with: apt-get install g++")
+        return found
+    if shutil.which(spec.cross_compiler) is None:
+        raise ToolchainMissing(
+            f"{spec.cross_compiler} is not installed; install it with: apt-get install "
+            f"{' '.join(spec.debian_packages)} (or run scripts/setup-cross.sh)"
+        )
+    return spec.cross_compiler
+
+
+def build_runner(spec: TargetSpec, output: Path, library_dir: Path) -> Path:
+    """Compiles odla_runner for ``spec``'s machine, linked against the runtime libraries in
+    ``library_dir`` and finding them at run time beside itself in ../lib."""
+    command = [compiler(spec), "-std=c++17", "-O2", "-o", str(output), str(RUNNER_SOURCE),
+               *[f"-I{d}" for d in include_dirs()], f"-L{library_dir}", "-ltvm_runtime",
+               "-ltvm_ffi", "-Wl,-rpath,$ORIGIN/../lib"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building odla_runner failed:\n{done.stderr[-2000:]}")
+    return output
