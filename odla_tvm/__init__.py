@@ -12,6 +12,7 @@ from .computation import (
     create_argument,
     create_computation,
     create_constant,
+    create_value,
     create_variable,
     destroy_computation,
     find_value_by_id,
@@ -21,10 +22,12 @@ from .computation import (
     get_output_from_computation_by_idx,
     get_value_id,
     get_value_type,
+    release_value,
     set_computation_item,
     set_value_as_output,
     set_value_as_output_by_id,
     set_value_data,
+    set_value_data_by_id,
     set_values_as_output,
 )
 from .context import (

@@ -10,6 +10,8 @@ import numpy as np
 
 import relay_bridge
 
+from . import interpreter
+
 from .types import (
     ElementType,
     ItemType,
@@ -29,6 +31,7 @@ class ValueKind(enum.Enum):
     CONSTANT = "constant"
     VARIABLE = "variable"
     RESULT = "result"  # produced by an op
+    VALUE = "value"  # made by create_value: holds data, and ops on it run at once (interpreted)
 
 
 class Value:
@@ -41,11 +44,38 @@ class Value:
         self.kind = kind
         self.computation = computation
         self.handle = handle  # the lowering's expression; opaque to this layer
-        self.data = data  # host data of constants and variables
+        self.data = data  # host data of constants, variables and interpret-mode values
+        # Made by create_value, or computed at once from such values (interpret mode).
+        self.interpreted = kind is ValueKind.VALUE
+
+    # A trained variable's newest data lives on the device running its training steps; the
+    # device copy (odla_tvm.training) refreshes the host data when read and takes new data.
+    device_copy = None
+
+    @property
+    def data(self):
+        if self.device_copy is not None:
+            self.device_copy.refresh_host()
+        return self._data
+
+    @data.setter
+    def data(self, array):
+        self._data = array
+        if self.device_copy is not None:
+            self.device_copy.host_written(self)
 
     @property
     def shape(self) -> ValueShape:
         return self.type.shape
+
+
+    def require_data(self) -> np.ndarray:
+        if self.data is None:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"value {self.id!r} holds no data (never set, or released); call set_value_data",
+            )
+        return self.data
 
     @property
     def element_type(self) -> ElementType:
@@ -87,6 +117,7 @@ class Computation:
         self.items: dict[ItemType, object] = {}
         self.revision = 0  # bumped on every change, so cached executables know they are stale
         self.executables: dict = {}  # (device key, revision) -> Executable, for execute_computation
+        self.training = None  # odla_tvm.training's state once differentiate_computation() ran
         self.destroyed = False
         self._auto_ids = itertools.count()
         self._previous = None
@@ -164,6 +195,18 @@ class Computation:
         self.variables.append(value)
         return value
 
+    def add_value(self, value_type: ValueType, value_id) -> Value:
+        """A value for interpret mode: its data is set later, and ops on it run at once."""
+        self._check_alive()
+        if value_type.shape.is_dynamic:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"value shape {value_type.shape.dims} has a dynamic dim; expected a static shape",
+            )
+        value_id = self._new_id(value_id, "value")
+        handle = self._graph.input(value_id, value_type.shape.dims, str(value_type.dtype))
+        return self._add(Value(value_id, value_type, ValueKind.VALUE, self, handle))
+
     def add_constant(self, value_type: ValueType, data, value_id) -> Value:
         self._check_alive()
         array = checked_array(data, value_type, "constant data")
@@ -173,24 +216,47 @@ class Computation:
 
     def apply(self, op_name: str, operands: dict, attrs: dict, value_id, output_dims=None,
               variadic: tuple = ()) -> list[Value]:
-        """Adds ODLA op ``op_name``; ``operands`` maps operand names to Values (or None)."""
+        """Adds ODLA op ``op_name``; ``operands`` maps operand names to Values (or None).
+        ``value_id``: one id, or for a multi-output op a sequence of one id per output."""
         self._check_alive()
         inputs = [self._operand(op_name, name, v) for name, v in operands.items()]
         inputs += [self._operand(op_name, f"inputs[{i}]", v) for i, v in enumerate(variadic)]
-        value_id = self._new_id(value_id, op_name.lower())
+        given_ids = None
+        if isinstance(value_id, (list, tuple)):
+            given_ids = [self._new_id(i, op_name.lower()) for i in value_id]
+            value_id = given_ids[0] if given_ids else self._new_id(None, op_name.lower())
+        else:
+            value_id = self._new_id(value_id, op_name.lower())
         try:
             handles = self._graph.apply(op_name, inputs, attrs, value_id)
         except relay_bridge.LoweringError as err:
             status = Status.UNSUPPORTED_OP if "has no lowering" in str(err) else Status.INVALID_PARAM
             raise OdlaError(status, str(err)) from None
+        if given_ids and len(given_ids) != len(handles):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"{op_name}: {len(given_ids)} value ids given for its {len(handles)} outputs",
+            )
         values = []
         for i, handle in enumerate(handles):
-            vid = value_id if len(handles) == 1 else f"{value_id}:{i}"
+            if given_ids:
+                vid = given_ids[i]
+            else:
+                vid = value_id if len(handles) == 1 else f"{value_id}:{i}"
             vtype = ValueType(element_type_of(relay_bridge.dtype_of(handle)),
                               relay_bridge.shape_of(handle))
             values.append(Value(vid, vtype, ValueKind.RESULT, self, handle))
         if output_dims is not None:
             _check_output_dims(op_name, value_id, as_shape(output_dims), values[0].shape)
+        operand_values = [v for v in list(operands.values()) + list(variadic) if v is not None]
+        interpreted = [v for v in operand_values if v.interpreted]
+        for v in interpreted:
+            v.require_data()
+        # With an argument among the operands the op is only recorded, for compiling.
+        if interpreted and all(v.data is not None for v in operand_values):
+            interpreter.execute(op_name, list(operands.values()) + list(variadic), attrs, values)
+            for v in values:
+                v.interpreted = True
         for v in values:
             self._add(v)
         return values
@@ -242,7 +308,10 @@ class Computation:
                 "the computation has no outputs; call set_value_as_output() on at least one value",
             )
         params = [v.handle for v in self.args + self.variables]
-        return self._graph.build(params, [v.handle for v in self.outputs])
+        # Interpret-mode values enter a compiled computation as the data they hold now.
+        bound = {v.handle: v.require_data() for v in self._values.values() if v.kind is ValueKind.VALUE
+                 and v.data is not None}
+        return self._graph.build(params, [v.handle for v in self.outputs], bound)
 
 
 def _check_output_dims(op_name, value_id, given: ValueShape, inferred: ValueShape):
@@ -350,15 +419,38 @@ def set_value_as_output_by_id(value_id: str) -> None:
     set_value_as_output(find_value_by_id(value_id))
 
 
+def create_value(value_type: ValueType, value_id: str | None = None) -> Value:
+    """A value for interpret mode (odla_CreateValue): set its data, and each op on it runs at once."""
+    return current_computation().add_value(_value_type(value_type), value_id)
+
+
 def set_value_data(value: Value, data) -> None:
-    """Sets the host data of a variable (odla_SetValueData); compiled executables read it at launch."""
+    """Sets the host data of a variable (read by compiled executables at launch) or of a
+    create_value value (odla_SetValueData). The data is copied."""
     value = _value(value)
-    if value.kind is not ValueKind.VARIABLE:
+    if value.kind not in (ValueKind.VARIABLE, ValueKind.VALUE):
         raise OdlaError(
             Status.INVALID_PARAM,
-            f"{value!r} is a {value.kind.value}; set_value_data takes a variable",
+            f"{value!r} is a {value.kind.value}; set_value_data takes a variable or a create_value value",
         )
-    value.data[...] = checked_array(data, value.type, f"data for variable {value.id!r}")
+    array = checked_array(data, value.type, f"data for {value.kind.value} {value.id!r}")
+    value.data = np.array(array, copy=True)
+
+
+def set_value_data_by_id(value_id: str, data) -> None:
+    set_value_data(find_value_by_id(value_id), data)
+
+
+def release_value(value: Value) -> None:
+    """Frees the data an interpret-mode value holds (odla_ReleaseValue)."""
+    value = _value(value)
+    if not value.interpreted:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{value!r} holds no interpret-mode data; release_value takes create_value values "
+            "and results computed from them",
+        )
+    value.data = None
 
 
 def get_value_type(value: Value) -> ValueType:

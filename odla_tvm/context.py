@@ -142,11 +142,13 @@ def bind_to_output_by_id(value_id: str, data: np.ndarray, context: Context) -> N
 
 
 def get_value_data(value: Value, data: np.ndarray | None = None, context: Context | None = None):
-    """The data of an output after a run (or of a constant or variable); copied into ``data``
-    when a buffer is given, else returned."""
+    """The data of an output after a run in ``context``, or, with no context, the data a
+    constant, variable or interpret-mode value holds; copied into ``data`` when a buffer is
+    given, else returned."""
     value = _value(value)
-    if value.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE) and context is None:
-        result = value.data
+    if context is None and (value.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE)
+                            or value.interpreted):
+        result = value.require_data()
     else:
         ctx = _context(context)
         if value.id in ctx.results:

@@ -89,13 +89,19 @@ class GraphBuilder:
             raise LoweringError(f"{op_name} ({name}): {detail}") from None
         return outputs
 
-    def build(self, params: list[relax.Var], outputs: list[relax.Expr]) -> tvm.IRModule:
-        """An IRModule whose ``main`` takes ``params`` and returns a tuple of ``outputs``."""
+    def build(self, params: list[relax.Var], outputs: list[relax.Expr],
+              bound: dict | None = None) -> tvm.IRModule:
+        """An IRModule whose ``main`` takes ``params`` and returns a tuple of ``outputs``;
+        ``bound`` maps further inputs to the arrays they are fixed to."""
+        bound = bound or {}
         used = _reachable(self._bindings, outputs)
         bindings = [b for b in self._bindings if b.var in used]
         result = self._normalizer.normalize(relax.Tuple(list(outputs)))
         body = relax.SeqExpr([relax.BindingBlock(bindings)], result)
-        func = relax.Function(list(params), body, result.ty).with_attr("global_symbol", "main")
+        func = relax.Function(list(params) + list(bound), body, result.ty)
+        if bound:
+            func = func.bind_params({var: self.constant(data) for var, data in bound.items()})
+        func = func.with_attr("global_symbol", "main")
         mod = tvm.IRModule({"main": func})
         mod = relax.transform.Normalize()(mod)
         return relax.transform.ConvertToDataflow()(mod)
