@@ -43,6 +43,15 @@ from .context import (
     set_context_item,
     set_runtime_shape,
 )
+from .asynchronous import (
+    Event,
+    Task,
+    async_execute_computation,
+    async_launch_executable,
+    run_task,
+    run_task_async,
+    set_async_executor,
+)
 from .bundle import export
 from .device import Device, allocate_device, available_devices, destroy_device, get_device_info
 from .executable import (

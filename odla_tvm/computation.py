@@ -117,6 +117,7 @@ class Computation:
         self.items: dict[ItemType, object] = {}
         self.revision = 0  # bumped on every change, so cached executables know they are stale
         self.executables: dict = {}  # (device key, revision) -> Executable, for execute_computation
+        self.compile_lock = threading.Lock()
         self.training = None  # odla_tvm.training's state once differentiate_computation() ran
         self.destroyed = False
         self._auto_ids = itertools.count()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .computation import (
@@ -25,6 +27,8 @@ class Context:
         self.runtime_shapes: dict[str, ValueShape] = {}
         self.items: dict[ItemType, object] = {}
         self.destroyed = False
+        self.lock = threading.Lock()
+        self.in_flight = False  # an asynchronous run is writing into this context
 
     def _check_alive(self):
         if self.destroyed:

@@ -154,10 +154,12 @@ def execute_computation(computation: Computation, context: Context,
         )
     device = checked_device(device)
     key = (device.key, comp.revision)
-    if key not in comp.executables:
-        comp.executables = {k: v for k, v in comp.executables.items() if k[1] == comp.revision}
-        comp.executables[key] = compile_computation(comp, device)
-    comp.executables[key].launch(context)
+    with comp.compile_lock:  # concurrent first runs compile once
+        if key not in comp.executables:
+            comp.executables = {k: v for k, v in comp.executables.items() if k[1] == comp.revision}
+            comp.executables[key] = compile_computation(comp, device)
+        executable = comp.executables[key]
+    executable.launch(context)
 
 
 def launch_executable(executable: Executable, context: Context) -> None:

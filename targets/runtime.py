@@ -85,8 +85,12 @@ class CompiledModule:
             return cls.load(path, spec, device_index)
 
 
+# TVM's compiler keeps global state (TE tag scopes among it): one compile at a time.
+_compile_lock = threading.Lock()
+
+
 def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0) -> CompiledModule:
     target = spec.tvm_target()
-    with target:
+    with _compile_lock, target:
         library = tvm.compile(mod, target=target)
     return CompiledModule(library, spec, device_index)
