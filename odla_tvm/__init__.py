@@ -28,6 +28,7 @@ from .computation import (
     set_value_as_output_by_id,
     set_value_data,
     set_value_data_by_id,
+    set_value_shape_info,
     set_values_as_output,
 )
 from .context import (

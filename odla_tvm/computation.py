@@ -47,6 +47,7 @@ class Value:
         self.data = data  # host data of constants, variables and interpret-mode values
         # Made by create_value, or computed at once from such values (interpret mode).
         self.interpreted = kind is ValueKind.VALUE
+        self.shape_info: dict[ItemType, ValueShape] = {}  # MIN/MAX/OPT_SHAPE of an argument
 
     # A trained variable's newest data lives on the device running its training steps; the
     # device copy (odla_tvm.training) refreshes the host data when read and takes new data.
@@ -176,6 +177,9 @@ class Computation:
 
     def add_argument(self, value_type: ValueType, value_id) -> Value:
         self._check_alive()
+        if self.items.get(ItemType.DYNAMIC_BATCH) and value_type.shape.size > 0:
+            # With DYNAMIC_BATCH, the leading dim of every argument is the batch.
+            value_type = ValueType(value_type.element_type, (-1,) + value_type.shape.dims[1:])
         value_id = self._new_id(value_id, "arg")
         handle = self._graph.input(value_id, value_type.shape.dims, str(value_type.dtype))
         value = self._add(Value(value_id, value_type, ValueKind.ARGUMENT, self, handle))
@@ -300,6 +304,20 @@ class Computation:
 
         execute_computation(self, context, mode, device)
 
+    def shape_bounds(self) -> dict[str, tuple[tuple, tuple]]:
+        """Per argument with declared limits: the smallest and largest run-time shapes."""
+        bounds = {}
+        batch = (self.items.get(ItemType.MIN_BATCH_SIZE, -1), self.items.get(ItemType.MAX_BATCH_SIZE, -1))
+        for arg in self.args:
+            rank = arg.shape.size
+            low = list(arg.shape_info.get(ItemType.MIN_SHAPE, (-1,) * rank))
+            high = list(arg.shape_info.get(ItemType.MAX_SHAPE, (-1,) * rank))
+            if self.items.get(ItemType.DYNAMIC_BATCH) and rank:
+                low[0], high[0] = batch
+            if any(d != -1 for d in low + high):
+                bounds[arg.id] = (tuple(low), tuple(high))
+        return bounds
+
     def build_module(self):
         """The computation lowered to an IRModule: arguments then variables in, outputs out."""
         self._check_alive()
@@ -375,10 +393,67 @@ def destroy_computation(computation: Computation) -> None:
         _current.computation = None
 
 
+_BATCH_SIZE_ITEMS = (ItemType.MIN_BATCH_SIZE, ItemType.MAX_BATCH_SIZE, ItemType.OPT_BATCH_SIZE)
+
+
 def set_computation_item(computation: Computation, item_type: ItemType, value) -> None:
     comp = _computation(computation)
-    comp.items[odla_enum(ItemType, item_type, "item type")] = value
+    item_type = odla_enum(ItemType, item_type, "item type")
+    if item_type in _BATCH_SIZE_ITEMS and (not isinstance(value, (int, np.integer)) or value < 1):
+        raise OdlaError(
+            Status.INVALID_PARAM, f"{item_type.name} is {value!r}; expected an integer >= 1"
+        )
+    if item_type is ItemType.DYNAMIC_BATCH and value:
+        static = [a.id for a in comp.args if a.shape.size and a.shape.dims[0] != -1]
+        if static:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"DYNAMIC_BATCH set after arguments {static} were made with a static batch; "
+                "set it before creating arguments (or declare their batch dim as -1)",
+            )
+    comp.items[item_type] = value
+    low = comp.items.get(ItemType.MIN_BATCH_SIZE, 1)
+    high = comp.items.get(ItemType.MAX_BATCH_SIZE, low)
+    if low > high:
+        del comp.items[item_type]
+        raise OdlaError(
+            Status.INVALID_PARAM, f"MIN_BATCH_SIZE {low} is greater than MAX_BATCH_SIZE {high}"
+        )
     comp.revision += 1
+
+
+_SHAPE_ITEMS = (ItemType.MIN_SHAPE, ItemType.MAX_SHAPE, ItemType.OPT_SHAPE)
+
+
+def set_value_shape_info(value: Value, item_type: ItemType, value_shape) -> None:
+    """Declares the smallest, largest or typical run-time shape of a dynamic argument
+    (odla_SetValueShapeInfo); runs outside MIN_SHAPE..MAX_SHAPE are refused."""
+    value = _value(value)
+    item_type = odla_enum(ItemType, item_type, "item type")
+    if item_type not in _SHAPE_ITEMS:
+        raise OdlaError(
+            Status.INVALID_PARAM, f"item type is {item_type.name}; expected MIN_SHAPE, MAX_SHAPE or OPT_SHAPE"
+        )
+    if value.kind is not ValueKind.ARGUMENT:
+        raise OdlaError(
+            Status.INVALID_PARAM, f"{value.id!r} is a {value.kind.value}; shape info is for arguments"
+        )
+    shape = as_shape(value_shape)
+    if shape.is_dynamic or not value.shape.matches(shape.dims):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{item_type.name} {shape.dims} for {value.id!r} does not fit its shape "
+            f"{value.shape.dims}; expected concrete sizes where it has -1",
+        )
+    info = {**value.shape_info, item_type: shape}
+    low, high = info.get(ItemType.MIN_SHAPE), info.get(ItemType.MAX_SHAPE)
+    if low and high and any(lo > hi for lo, hi in zip(low.dims, high.dims)):
+        raise OdlaError(
+            Status.INVALID_PARAM, f"MIN_SHAPE {low.dims} exceeds MAX_SHAPE {high.dims} for {value.id!r}"
+        )
+    value.shape_info = info
+    if value.computation is not None:
+        value.computation.revision += 1
 
 
 def create_argument(value_type: ValueType, value_id: str | None = None) -> Value:

@@ -16,7 +16,7 @@ import targets
 from .computation import Computation, Value, ValueKind, _computation, _index
 from .context import Context, _context
 from .device import Device, checked_device
-from .types import ComputeMode, OdlaError, Status, ValueType, checked, odla_enum
+from .types import ComputeMode, ItemType, OdlaError, Status, ValueType, checked, odla_enum
 from .version import __version__
 
 _MAGIC = b"ODLATVM\0"
@@ -28,12 +28,14 @@ class Executable:
     """A compiled computation: its argument, variable and output slots and the compiled module."""
 
     def __init__(self, module: targets.CompiledModule, device: Device, args: list[Value],
-                 outputs: list[Value], variables: list[Value]):
+                 outputs: list[Value], variables: list[Value], bounds: dict | None = None):
         self.module = module
         self.device = device
         self.args = args
         self.outputs = outputs
         self.variables = variables
+        # argument id -> (smallest, largest) run-time shape, -1 where a dim is unbounded
+        self.bounds = bounds or {}
         self.destroyed = False
 
     def _check_alive(self):
@@ -66,6 +68,7 @@ class Executable:
                     f"{arg.type.dtype}{list(arg.shape.dims)} (-1: any size)",
                 )
             inputs.append(data)
+        self._check_bounds(inputs, ctx)
         inputs += [v.data for v in self.variables]
         try:
             results = self.module.run(inputs)
@@ -75,6 +78,26 @@ class Executable:
             ctx.check_output_buffer(value, result)
         for value, result in zip(self.outputs, results):
             ctx.store_result(value, result)
+
+    def _check_bounds(self, inputs: list[np.ndarray], ctx: Context) -> None:
+        """Refuses run-time shapes outside the ranges the computation declared
+        (MIN/MAX_BATCH_SIZE, MIN/MAX_SHAPE) and batches other than RUN_BATCH_SIZE."""
+        run_batch = ctx.items.get(ItemType.RUN_BATCH_SIZE)
+        for arg, data in zip(self.args, inputs):
+            if run_batch is not None and arg.shape.dims[:1] == (-1,) and data.shape[0] != run_batch:
+                raise OdlaError(
+                    Status.INVALID_PARAM,
+                    f"argument {arg.id!r} has batch {data.shape[0]}; the context's "
+                    f"RUN_BATCH_SIZE is {run_batch}",
+                )
+            low, high = self.bounds.get(arg.id, ((), ()))
+            if any(lo != -1 and d < lo for d, lo in zip(data.shape, low)) or any(
+                    hi != -1 and d > hi for d, hi in zip(data.shape, high)):
+                raise OdlaError(
+                    Status.INVALID_PARAM,
+                    f"argument {arg.id!r} has shape {tuple(data.shape)}; this executable takes "
+                    f"shapes from {tuple(low)} to {tuple(high)} (-1: unbounded)",
+                )
 
     def store(self, location=None):
         """store_executable(location, self): a file, or the bytes when ``location`` is None."""
@@ -100,6 +123,7 @@ class Executable:
             "args": [_slot(v) for v in self.args],
             "outputs": [_slot(v) for v in self.outputs],
             "variables": [_slot(v) for v in self.variables],
+            "bounds": {k: [list(lo), list(hi)] for k, (lo, hi) in self.bounds.items()},
         }
 
     def to_bytes(self) -> bytes:
@@ -139,7 +163,8 @@ def compile_computation(computation: Computation, device: Device | None = None) 
         raise OdlaError(
             Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"
         ) from None
-    return Executable(module, device, list(comp.args), list(comp.outputs), list(comp.variables))
+    return Executable(module, device, list(comp.args), list(comp.outputs), list(comp.variables),
+                      comp.shape_bounds())
 
 
 def execute_computation(computation: Computation, context: Context,
@@ -271,7 +296,8 @@ def executable_from_manifest(module, device: Device, manifest: dict, variables: 
     outputs = [_slot_value(s, ValueKind.RESULT) for s in manifest["outputs"]]
     slots = [_slot_value(s, ValueKind.VARIABLE, data)
              for s, data in zip(manifest["variables"], variables, strict=True)]
-    return Executable(module, device, args, outputs, slots)
+    bounds = {k: (tuple(lo), tuple(hi)) for k, (lo, hi) in manifest.get("bounds", {}).items()}
+    return Executable(module, device, args, outputs, slots, bounds)
 
 
 def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:
