@@ -103,6 +103,7 @@ from .ops.nn import (
     softmax,
 )
 from .ops.process import cast, concat, expand_dims, gather, pad, reshape, slice, squeeze, transpose
+from .profiler import DeviceTrace, retrieve_device_trace, start_device_profiler, stop_device_profiler
 from .session import Session
 from .types import (
     ODLA_API_VERSION,

@@ -6,12 +6,18 @@ import argparse
 import importlib
 import logging
 import os
+import statistics
 import sys
+import time
+
+import numpy as np
 
 from . import demo
 from .bundle import export as export_bundle
 from .device import allocate_device, available_devices, get_device_info
-from .executable import load_executable
+from .context import bind_to_argument_by_id, create_context
+from .executable import Executable, compile_computation, launch_executable, load_executable
+from .profiler import retrieve_device_trace, start_device_profiler, stop_device_profiler
 from .types import ODLA_API_VERSION, DeviceInfo, OdlaError, Status
 from .version import __version__
 
@@ -63,6 +69,44 @@ def export(args) -> None:
     print((bundle / "README.txt").read_text())
 
 
+def random_inputs(executable, seed: int = 0) -> dict:
+    """One array per argument of ``executable``, dynamic dims set to 1."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for arg in executable.args:
+        shape = tuple(1 if d == -1 else d for d in arg.shape.dims)
+        dtype = arg.type.dtype
+        data = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+        inputs[arg.id] = data.astype(dtype)
+    return inputs
+
+
+def profile(args) -> None:
+    model = load_model(args.model)
+    device = allocate_device()
+    executable = model if isinstance(model, Executable) else compile_computation(model, device)
+    context = create_context()
+    for value_id, data in random_inputs(executable).items():
+        bind_to_argument_by_id(value_id, data, context)
+    launch_executable(executable, context)  # warm-up
+    plain = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        launch_executable(executable, context)
+        plain.append(time.perf_counter() - start)
+    start_device_profiler(executable.device)
+    for _ in range(args.runs):
+        launch_executable(executable, context)
+    stop_device_profiler(executable.device)
+    trace = retrieve_device_trace(executable.device)
+    trace.save(args.output)
+    per_run = trace.kernel_time_s / len(trace.runs)
+    print(trace.summary(args.top))
+    print(f"unprofiled run: median {statistics.median(plain) * 1e3:.3f} ms; kernels per profiled "
+          f"run: {per_run * 1e3:.3f} ms ({100 * per_run / statistics.median(plain):.1f}%)")
+    print(f"Chrome trace (open in https://ui.perfetto.dev): {args.output}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +127,12 @@ def main(argv=None) -> int:
     export_parser.add_argument("-o", "--output", required=True, help="bundle directory")
     export_parser.add_argument("--with-runner", action="store_true",
                                help="add bin/odla_runner and the TVM runtime for the target")
+    profile_parser = commands.add_parser(
+        "profile", help="time MODEL's kernels on this CPU, per ODLA value; write a Chrome trace")
+    profile_parser.add_argument("model", help="as for export")
+    profile_parser.add_argument("--runs", type=int, default=5)
+    profile_parser.add_argument("--top", type=int, default=15, help="kernels in the summary")
+    profile_parser.add_argument("-o", "--output", default="odla-trace.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -90,6 +140,8 @@ def main(argv=None) -> int:
             info(args)
         elif args.command == "export":
             export(args)
+        elif args.command == "profile":
+            profile(args)
         else:
             demo.main(args.batch, args.runs)
     except OdlaError as err:

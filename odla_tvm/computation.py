@@ -318,6 +318,12 @@ class Computation:
                 bounds[arg.id] = (tuple(low), tuple(high))
         return bounds
 
+    def value_ids_of(self, kernel_bindings: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Kernel name -> the ODLA value ids of the graph bindings it computes."""
+        origins = self._graph.origins
+        return {kernel: [origins.get(b, b) for b in bindings]
+                for kernel, bindings in kernel_bindings.items()}
+
     def build_module(self):
         """The computation lowered to an IRModule: arguments then variables in, outputs out."""
         self._check_alive()

@@ -13,6 +13,7 @@ import numpy as np
 
 import targets
 
+from . import profiler
 from .computation import Computation, Value, ValueKind, _computation, _index
 from .context import Context, _context
 from .device import Device, checked_device
@@ -36,6 +37,8 @@ class Executable:
         self.variables = variables
         # argument id -> (smallest, largest) run-time shape, -1 where a dim is unbounded
         self.bounds = bounds or {}
+        # kernel name -> the ODLA value ids its calls compute, in call order (for profiles)
+        self.kernel_values: dict[str, list[str]] = {}
         self.destroyed = False
 
     def _check_alive(self):
@@ -70,10 +73,14 @@ class Executable:
             inputs.append(data)
         self._check_bounds(inputs, ctx)
         inputs += [v.data for v in self.variables]
+        recorder = profiler.recorder_for(self.device, self.kernel_values)
         try:
-            results = self.module.run(inputs)
+            results = self.module.run(inputs, on_call=recorder)
         except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
             raise OdlaError(Status.FAILURE, f"the compiled module failed to run: {err}") from None
+        finally:
+            if recorder is not None:
+                recorder.finish()
         for value, result in zip(self.outputs, results):
             ctx.check_output_buffer(value, result)
         for value, result in zip(self.outputs, results):
@@ -124,6 +131,7 @@ class Executable:
             "outputs": [_slot(v) for v in self.outputs],
             "variables": [_slot(v) for v in self.variables],
             "bounds": {k: [list(lo), list(hi)] for k, (lo, hi) in self.bounds.items()},
+            "kernel_values": self.kernel_values,
         }
 
     def to_bytes(self) -> bytes:
@@ -163,8 +171,10 @@ def compile_computation(computation: Computation, device: Device | None = None) 
         raise OdlaError(
             Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"
         ) from None
-    return Executable(module, device, list(comp.args), list(comp.outputs), list(comp.variables),
-                      comp.shape_bounds())
+    executable = Executable(module, device, list(comp.args), list(comp.outputs),
+                            list(comp.variables), comp.shape_bounds())
+    executable.kernel_values = comp.value_ids_of(module.kernel_bindings)
+    return executable
 
 
 def execute_computation(computation: Computation, context: Context,
@@ -297,7 +307,9 @@ def executable_from_manifest(module, device: Device, manifest: dict, variables: 
     slots = [_slot_value(s, ValueKind.VARIABLE, data)
              for s, data in zip(manifest["variables"], variables, strict=True)]
     bounds = {k: (tuple(lo), tuple(hi)) for k, (lo, hi) in manifest.get("bounds", {}).items()}
-    return Executable(module, device, args, outputs, slots, bounds)
+    executable = Executable(module, device, args, outputs, slots, bounds)
+    executable.kernel_values = manifest.get("kernel_values", {})
+    return executable
 
 
 def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:

@@ -38,11 +38,14 @@ class GraphBuilder:
         self._normalizer = relax.BlockBuilder()
         self._bindings: list[relax.VarBinding] = []
         self._next_id = 0
+        self.origins: dict[str, str] = {}  # binding name -> the op's name (its ODLA value id)
 
     def _fresh_name(self, hint: str) -> str:
         self._next_id += 1
         cleaned = "".join(c if c.isalnum() else "_" for c in hint) or "v"
-        return f"{cleaned}_{self._next_id}" if not cleaned[0].isdigit() else f"v{cleaned}_{self._next_id}"
+        name = f"{cleaned}_{self._next_id}" if not cleaned[0].isdigit() else f"v{cleaned}_{self._next_id}"
+        self.origins[name] = hint
+        return name
 
     def input(self, name: str, shape: tuple[int, ...], dtype: str) -> relax.Var:
         """A function parameter; each -1 dim becomes its own symbolic dim."""

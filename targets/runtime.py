@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 import numpy as np
 import tvm
@@ -30,34 +31,73 @@ def _fcompile(spec: TargetSpec):
     return tvm.support.cc.cross_compiler(spec.cross_compiler)
 
 
+def _no_instrument(*_):
+    return 0  # VMInstrumentReturnKind.NO_OP
+
+
+def _call_timer(on_call):
+    """A VM instrument that times each call between its before and after notifications."""
+    started = []
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        now = time.perf_counter()
+        if before_run:
+            started.append(now)
+        else:
+            start = started.pop()
+            on_call(str(symbol), start, now - start)
+        return 0
+
+    return instrument
+
+
 class CompiledModule:
     """A compiled Relax VM module for one target; ``run`` maps NumPy in to NumPy out on the
     target's device when the target is this machine."""
 
-    def __init__(self, library, spec: TargetSpec, device_index: int = 0):
+    def __init__(self, library, spec: TargetSpec, device_index: int = 0,
+                 kernel_bindings: dict[str, list[str]] | None = None):
         self.library = library
+        # kernel name -> the graph bindings it computes, in call order (see compile_module)
+        self.kernel_bindings = kernel_bindings or {}
         self.spec = spec
         self.device_index = device_index
+        self._vm = None
         self._main = None
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
 
-    def _entry(self):
-        if self._main is None:
+    def virtual_machine(self) -> relax.VirtualMachine:
+        """The module's VM on the target's device, made on first use."""
+        if self._vm is None:
             if not self.spec.runs_here():
                 raise RuntimeError(
                     f"code for {self.spec.name} ({self.spec.arch}) cannot run on this "
                     f"{os.uname().machine} machine; export it and run it on the device"
                 )
-            device = self.spec.tvm_device(self.device_index)
-            self._device = device
-            self._main = relax.VirtualMachine(self.library, device)["main"]
+            self._device = self.spec.tvm_device(self.device_index)
+            self._vm = relax.VirtualMachine(self.library, self._device)
+        return self._vm
+
+    def _entry(self):
+        if self._main is None:
+            self._main = self.virtual_machine()["main"]
         return self._main
 
-    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, inputs: list[np.ndarray], on_call=None) -> list[np.ndarray]:
+        """Runs ``main``. ``on_call(kernel_name, start_s, duration_s)``, when given, is told of
+        every kernel and runtime builtin the VM calls (perf_counter times)."""
         main = self._entry()
         tensors = [tvm.runtime.tensor(np.require(a, requirements="C"), self._device) for a in inputs]
         with self._lock:
-            result = main(*tensors)
+            if on_call is None:
+                result = main(*tensors)
+            else:
+                vm = self.virtual_machine()
+                vm.set_instrument(_call_timer(on_call))
+                try:
+                    result = main(*tensors)
+                finally:
+                    vm.set_instrument(_no_instrument)
         return [r.numpy() for r in result]
 
     def export(self, path: str) -> None:
@@ -89,8 +129,30 @@ class CompiledModule:
 _compile_lock = threading.Lock()
 
 
+@tvm.ir.instrument.pass_instrument
+class _KernelBindings:
+    """Records, once ops are lowered to kernels, which graph bindings each kernel computes:
+    the VM calls a kernel once per binding, in binding order, which maps calls to values."""
+
+    def __init__(self):
+        self.kernels: dict[str, list[str]] = {}
+
+    def run_after_pass(self, mod, info):
+        if info.name != "LegalizeOps":
+            return
+        def visit(expr):
+            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+                    expr.op.name == "relax.call_tir":
+                yield expr.args[0].name_hint
+        for block in mod["main"].body.blocks:
+            for binding in block.bindings:
+                for kernel in visit(binding.value):
+                    self.kernels.setdefault(kernel, []).append(binding.var.name)
+
+
 def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0) -> CompiledModule:
     target = spec.tvm_target()
-    with _compile_lock, target:
+    recorder = _KernelBindings()
+    with _compile_lock, tvm.transform.PassContext(opt_level=3, instruments=[recorder]), target:
         library = tvm.compile(mod, target=target)
-    return CompiledModule(library, spec, device_index)
+    return CompiledModule(library, spec, device_index, recorder.kernels)
