@@ -107,6 +107,7 @@ from .profiler import DeviceTrace, retrieve_device_trace, start_device_profiler,
 from .session import Session
 from .types import (
     ODLA_API_VERSION,
+    Bf16Mode,
     ComputeMode,
     DeviceInfo,
     DeviceName,

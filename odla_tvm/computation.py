@@ -13,6 +13,7 @@ import relay_bridge
 from . import interpreter
 
 from .types import (
+    Bf16Mode,
     ElementType,
     ItemType,
     OdlaError,
@@ -336,7 +337,22 @@ class Computation:
         # Interpret-mode values enter a compiled computation as the data they hold now.
         bound = {v.handle: v.require_data() for v in self._values.values() if v.kind is ValueKind.VALUE
                  and v.data is not None}
-        return self._graph.build(params, [v.handle for v in self.outputs], bound)
+        mod = self._graph.build(params, [v.handle for v in self.outputs], bound)
+        return relay_bridge.reduce_precision(mod, self.precision())
+
+    def precision(self) -> str | None:
+        """The reduced precision FP16_MODE or BF16_MODE asks for, if any."""
+        fp16 = bool(self.items.get(ItemType.FP16_MODE))
+        bf16 = odla_enum(Bf16Mode, self.items.get(ItemType.BF16_MODE, Bf16Mode.DISABLE), "BF16_MODE")
+        if fp16 and bf16 is not Bf16Mode.DISABLE:
+            raise OdlaError(
+                Status.INVALID_PARAM, f"both FP16_MODE and BF16_MODE ({bf16.name}) are set; expected one"
+            )
+        if fp16:
+            return "fp16"
+        if bf16 is Bf16Mode.DISABLE:
+            return None
+        return "bf16-performance" if bf16 is Bf16Mode.PERFORMACE_MODE else "bf16-accuracy"
 
 
 def _check_output_dims(op_name, value_id, given: ValueShape, inferred: ValueShape):

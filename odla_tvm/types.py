@@ -105,6 +105,15 @@ class MemoryLayout(IntEnum):
     IOS = 5
 
 
+class Bf16Mode(IntEnum):
+    """Values of the BF16_MODE item (odla_bf16_mode)."""
+
+    DISABLE = 0
+    ACCURACY_MODE = 1
+    PERFORMACE_MODE = 2  # sic, as ODLA spells it
+    AUTO_MODE = 3
+
+
 class VendorName(IntEnum):
     DEFAULT = 0
     ALIBABA = 1

@@ -6,14 +6,17 @@ this package knows nothing of devices, targets or files.
 
 from .errors import LoweringError
 from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
+from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
 
 __all__ = [
     "DYNAMIC_DIM",
     "GraphBuilder",
     "LoweringError",
+    "PRECISIONS",
     "dtype_of",
     "register",
+    "reduce_precision",
     "registered_ops",
     "shape_of",
 ]
