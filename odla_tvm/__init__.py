@@ -103,6 +103,15 @@ from .ops.nn import (
     softmax,
 )
 from .ops.process import cast, concat, expand_dims, gather, pad, reshape, slice, squeeze, transpose
+from .memory import (
+    DeviceMemory,
+    MemcpyType,
+    allocate_device_memory,
+    allocate_host_memory,
+    copy_memory,
+    free_device_memory,
+    free_host_memory,
+)
 from .profiler import DeviceTrace, retrieve_device_trace, start_device_profiler, stop_device_profiler
 from .session import Session
 from .types import (

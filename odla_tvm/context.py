@@ -42,6 +42,8 @@ class Context:
                 f"{value.id!r} is a {value.kind.value}; bind_to_argument takes an argument",
             )
         shape = self.runtime_shapes.get(value.id)
+        if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack__"):
+            data = _host_view(data, value)  # a device-resident tensor: bound without a copy
         self.inputs[value.id] = checked_array(
             data, value.type, f"data bound to argument {value.id!r}", shape
         )
@@ -92,6 +94,18 @@ class Context:
                 f"buffer for output {value.id!r} holds {buffer.size} elements; the run produced "
                 f"{result.size} (shape {result.shape}); nothing was written",
             )
+
+
+def _host_view(tensor, value: Value) -> np.ndarray:
+    """A NumPy view of a DLPack tensor's memory (host CPU memory only: this build's devices)."""
+    try:
+        return np.from_dlpack(tensor)
+    except (BufferError, TypeError, RuntimeError) as err:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"tensor bound to {value.id!r} cannot be shared with the CPU device ({err}); "
+            "expected host memory (a NumPy array, or a DLPack tensor in CPU memory)",
+        ) from None
 
 
 def _context(context) -> Context:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import time
 
 import targets
 
@@ -95,6 +96,30 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _processor_utilization(interval: float = 0.05) -> float:
+    """Busy share of all cores over ``interval`` seconds, from /proc/stat."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+    total0, idle0 = sample()
+    time.sleep(interval)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def _machine_uuid() -> bytes:
+    """16 bytes naming this machine: the CPU has no UUID, so systemd's machine id stands in."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as f:
+                return bytes.fromhex(f.read().strip()[:32])
+        except (OSError, ValueError):
+            continue
+    raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, "no machine id to give as DEV_UUID")
+
+
 def get_device_info(device: Device, info_type: DeviceInfo):
     """One ``odla_device_info`` item: str for versions and names, int for counts and bytes."""
     device = checked_device(device)
@@ -108,6 +133,10 @@ def get_device_info(device: Device, info_type: DeviceInfo):
         DeviceInfo.USED_MEMORY: lambda: _meminfo()["MemTotal"] - _meminfo()["MemAvailable"],
         DeviceInfo.MEMORY_UTIL: lambda: 1.0 - _meminfo()["MemAvailable"] / _meminfo()["MemTotal"],
         DeviceInfo.SDK_VERSION: lambda: f"TVM {targets.tvm_version()}",
+        DeviceInfo.PROCESSOR_UTIL: _processor_utilization,
+        DeviceInfo.DEV_UUID: _machine_uuid,
+        # The CPU's "driver" is the operating system kernel.
+        DeviceInfo.DRIVER_VERSION: lambda: f"{platform.system()} {platform.release()}",
     }
     if info_type not in answers:
         raise OdlaError(

@@ -11,13 +11,14 @@ from .registry import (
     tvm_version,
 )
 from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
-from .runtime import CompiledModule, ToolchainMissing, compile_module
+from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
 
 __all__ = [
     "RUNTIME_LIBRARIES",
     "build_runner",
     "runtime_libraries",
     "CompiledModule",
+    "allocate",
     "TargetSpec",
     "ToolchainMissing",
     "available_targets",

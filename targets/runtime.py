@@ -31,6 +31,22 @@ def _fcompile(spec: TargetSpec):
     return tvm.support.cc.cross_compiler(spec.cross_compiler)
 
 
+def device_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor:
+    """``array`` as a TVM tensor on ``device``: the same memory where TVM can use it as it is
+    (C-contiguous, 64-byte aligned, on that device), else a copy."""
+    if array.flags.c_contiguous and array.ctypes.data % 64 == 0 and device.dlpack_device_type() == 1:
+        try:
+            return tvm.runtime.from_dlpack(array)
+        except (RuntimeError, TypeError, BufferError):
+            pass  # a layout DLPack cannot share: copy it
+    return tvm.runtime.tensor(np.require(array, requirements="C"), device)
+
+
+def allocate(spec: TargetSpec, device_index: int, nbytes: int) -> tvm.runtime.Tensor:
+    """``nbytes`` of memory on ``spec``'s device, as a uint8 TVM tensor (DLPack-capable)."""
+    return tvm.runtime.empty((nbytes,), "uint8", spec.tvm_device(device_index))
+
+
 def _no_instrument(*_):
     return 0  # VMInstrumentReturnKind.NO_OP
 
@@ -87,7 +103,7 @@ class CompiledModule:
         """Runs ``main``. ``on_call(kernel_name, start_s, duration_s)``, when given, is told of
         every kernel and runtime builtin the VM calls (perf_counter times)."""
         main = self._entry()
-        tensors = [tvm.runtime.tensor(np.require(a, requirements="C"), self._device) for a in inputs]
+        tensors = [device_tensor(a, self._device) for a in inputs]
         with self._lock:
             if on_call is None:
                 result = main(*tensors)
