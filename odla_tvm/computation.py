@@ -33,6 +33,7 @@ class ValueKind(enum.Enum):
     VARIABLE = "variable"
     RESULT = "result"  # produced by an op
     VALUE = "value"  # made by create_value: holds data, and ops on it run at once (interpreted)
+    LOOP_VARIABLE = "loop variable"  # made by create_loop_variable: a loop's state in its body
 
 
 class Value:
@@ -116,6 +117,7 @@ class Computation:
         self.args: list[Value] = []
         self.variables: list[Value] = []
         self.outputs: list[Value] = []
+        self.scopes: list = []  # open branches and loops (ops/control_flow.py), innermost last
         self.items: dict[ItemType, object] = {}
         self.revision = 0  # bumped on every change, so cached executables know they are stale
         self.executables: dict = {}  # (device key, revision) -> Executable, for execute_computation
@@ -213,6 +215,14 @@ class Computation:
         handle = self._graph.input(value_id, value_type.shape.dims, str(value_type.dtype))
         return self._add(Value(value_id, value_type, ValueKind.VALUE, self, handle))
 
+    def add_loop_variable(self, init_value: Value, value_id) -> Value:
+        """A loop's state inside its body, of ``init_value``'s type: a value the loop binds on
+        each iteration, to ``init_value`` on the first."""
+        self._check_alive()
+        value_id = self._new_id(value_id, "loop_var")
+        handle = self._graph.variable_like(value_id, init_value.handle)
+        return self._add(Value(value_id, init_value.type, ValueKind.LOOP_VARIABLE, self, handle))
+
     def add_constant(self, value_type: ValueType, data, value_id) -> Value:
         self._check_alive()
         array = checked_array(data, value_type, "constant data")
@@ -290,9 +300,32 @@ class Computation:
                 Status.INVALID_PARAM,
                 f"{value!r} is not a value of this computation; expected one to mark as output",
             )
+        if not self.is_visible(value):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"{value!r} belongs to a branch or loop body that has ended; expected a value "
+                "visible outside it (the results of end_if or end_loop are)",
+            )
+        if self.scopes:  # inside a branch or loop body the value is one of the body's results
+            self.scopes[-1].add_output(value)
+            return
         if value not in self.outputs:
             self.outputs.append(value)
             self.revision += 1
+
+    # -- branch and loop bodies (ops/control_flow.py) --------------------------------------
+    def is_visible(self, value: Value) -> bool:
+        """Whether ``value`` may be used here: not a value of a body that has ended."""
+        return self._graph.is_visible(value.handle)
+
+    def open_body(self) -> None:
+        """Starts a body: ops added from now on belong to it until ``close_body``."""
+        self._graph.open_scope()
+
+    def close_body(self, results: list[Value], params: list[Value] = ()):
+        """Ends the innermost body; returns its lowering, yielding ``results``. The body's
+        values and ``params`` (its loop variables) are not operands of later ops."""
+        return self._graph.close_scope([v.handle for v in results], [v.handle for v in params])
 
     # -- the same operations as the ODLA functions, for those who prefer objects -------------
     def compile(self, device=None):
@@ -325,19 +358,27 @@ class Computation:
         return {kernel: [origins.get(b, b) for b in bindings]
                 for kernel, bindings in kernel_bindings.items()}
 
-    def build_module(self):
-        """The computation lowered to an IRModule: arguments then variables in, outputs out."""
+    def build_module(self, args: list[Value] | None = None, outputs: list[Value] | None = None):
+        """The computation lowered to an IRModule: ``args`` (default: every argument) then the
+        variables in, ``outputs`` (default: every output) out."""
         self._check_alive()
+        if self.scopes:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"{self.scopes[-1]} has not ended; expected end_if/end_loop before compiling",
+            )
         if not self.outputs:
             raise OdlaError(
                 Status.INVALID_PARAM,
                 "the computation has no outputs; call set_value_as_output() on at least one value",
             )
-        params = [v.handle for v in self.args + self.variables]
+        args = self.args if args is None else args
+        outputs = self.outputs if outputs is None else outputs
+        params = [v.handle for v in args + self.variables]
         # Interpret-mode values enter a compiled computation as the data they hold now.
         bound = {v.handle: v.require_data() for v in self._values.values() if v.kind is ValueKind.VALUE
                  and v.data is not None}
-        mod = self._graph.build(params, [v.handle for v in self.outputs], bound)
+        mod = self._graph.build(params, [v.handle for v in outputs], bound)
         return relay_bridge.reduce_precision(mod, self.precision())
 
     def precision(self) -> str | None:

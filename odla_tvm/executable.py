@@ -48,29 +48,7 @@ class Executable:
     def launch(self, context: Context) -> None:
         self._check_alive()
         ctx = _context(context)
-        known = {v.id for v in self.args}
-        unknown = sorted(set(ctx.inputs) - known)
-        if unknown:
-            raise OdlaError(
-                Status.INVALID_PARAM,
-                f"context binds {unknown}, which are not arguments of this executable; "
-                f"arguments: {sorted(known)}",
-            )
-        inputs = []
-        for arg in self.args:
-            if arg.id not in ctx.inputs:
-                raise OdlaError(
-                    Status.INVALID_PARAM,
-                    f"argument {arg.id!r} ({arg.type}) is not bound; call bind_to_argument first",
-                )
-            data = ctx.inputs[arg.id]
-            if data.dtype != arg.type.dtype or not arg.shape.matches(data.shape):
-                raise OdlaError(
-                    Status.INVALID_PARAM,
-                    f"data bound to {arg.id!r} is {data.dtype}{list(data.shape)}; expected "
-                    f"{arg.type.dtype}{list(arg.shape.dims)} (-1: any size)",
-                )
-            inputs.append(data)
+        inputs = bound_inputs(self.args, ctx, "this executable")
         self._check_bounds(inputs, ctx)
         inputs += [v.data for v in self.variables]
         recorder = profiler.recorder_for(self.device, self.kernel_values)
@@ -81,10 +59,7 @@ class Executable:
         finally:
             if recorder is not None:
                 recorder.finish()
-        for value, result in zip(self.outputs, results):
-            ctx.check_output_buffer(value, result)
-        for value, result in zip(self.outputs, results):
-            ctx.store_result(value, result)
+        store_results(ctx, self.outputs, results)
 
     def _check_bounds(self, inputs: list[np.ndarray], ctx: Context) -> None:
         """Refuses run-time shapes outside the ranges the computation declared
@@ -150,6 +125,42 @@ class Executable:
         return _HEADER.pack(_MAGIC, _FORMAT_VERSION, len(blob)) + blob + b"".join(sections.values())
 
 
+def bound_inputs(args: list[Value], ctx: Context, runner: str) -> list[np.ndarray]:
+    """The data ``ctx`` binds to each of ``args``, checked against their types."""
+    known = {v.id for v in args}
+    unknown = sorted(set(ctx.inputs) - known)
+    if unknown:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"context binds {unknown}, which are not arguments of {runner}; "
+            f"arguments: {sorted(known)}",
+        )
+    inputs = []
+    for arg in args:
+        if arg.id not in ctx.inputs:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"argument {arg.id!r} ({arg.type}) is not bound; call bind_to_argument first",
+            )
+        data = ctx.inputs[arg.id]
+        if data.dtype != arg.type.dtype or not arg.shape.matches(data.shape):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"data bound to {arg.id!r} is {data.dtype}{list(data.shape)}; expected "
+                f"{arg.type.dtype}{list(arg.shape.dims)} (-1: any size)",
+            )
+        inputs.append(data)
+    return inputs
+
+
+def store_results(ctx: Context, outputs: list[Value], results: list[np.ndarray]) -> None:
+    """Writes a run's results to ``ctx``, checking every bound buffer before writing any."""
+    for value, result in zip(outputs, results):
+        ctx.check_output_buffer(value, result)
+    for value, result in zip(outputs, results):
+        ctx.store_result(value, result)
+
+
 def _slot(value: Value) -> dict:
     return {"id": value.id, "type": value.type.to_dict()}
 
@@ -163,15 +174,20 @@ def _executable(executable) -> Executable:
 def compile_computation(computation: Computation, device: Device | None = None) -> Executable:
     """Compiles for ``device`` (the host CPU when None), picking the device's target."""
     comp = _computation(computation)
-    device = checked_device(device)
-    mod = comp.build_module()
+    return compile_outputs(comp, checked_device(device), comp.args, comp.outputs)
+
+
+def compile_outputs(comp: Computation, device: Device, args: list[Value],
+                    outputs: list[Value]) -> Executable:
+    """Compiles ``outputs`` of ``comp`` as a function of ``args`` and the variables."""
+    mod = comp.build_module(list(args), list(outputs))
     try:
         module = targets.compile_module(mod, device.target, device.index)
     except Exception as err:  # noqa: BLE001
         raise OdlaError(
             Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"
         ) from None
-    executable = Executable(module, device, list(comp.args), list(comp.outputs),
+    executable = Executable(module, device, list(args), list(outputs),
                             list(comp.variables), comp.shape_bounds())
     executable.kernel_values = comp.value_ids_of(module.kernel_bindings)
     return executable
@@ -179,14 +195,15 @@ def compile_computation(computation: Computation, device: Device | None = None) 
 
 def execute_computation(computation: Computation, context: Context,
                         mode: ComputeMode = ComputeMode.DEFAULT, device: Device | None = None) -> None:
-    """Runs a computation, compiling it on first use for this device and caching the result."""
+    """Runs a computation, compiling it on first use for this device and caching the result;
+    in TRAINING mode runs one training step (odla_tvm.training)."""
     comp = _computation(computation)
     mode = odla_enum(ComputeMode, mode, "compute mode")
     if mode is ComputeMode.TRAINING:
-        raise OdlaError(
-            Status.UNSUPPORTED_OP,
-            "ComputeMode.TRAINING is not implemented yet; use INFERENCE or DEFAULT",
-        )
+        from .training import training_step  # training builds on this module
+
+        training_step(comp, context, device)
+        return
     device = checked_device(device)
     key = (device.key, comp.revision)
     with comp.compile_lock:  # concurrent first runs compile once
@@ -216,6 +233,12 @@ def store_executable(location, executable: Executable):
     blob = _executable(executable).to_bytes()
     if location is None:
         return blob
+    write_atomically(location, blob)
+    return None
+
+
+def write_atomically(location, blob: bytes) -> None:
+    """Writes ``blob`` beside the file ``location`` and renames it into place."""
     path = os.fspath(location)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -228,7 +251,6 @@ def store_executable(location, executable: Executable):
     except BaseException:
         os.unlink(tmp)
         raise
-    return None
 
 
 def _corrupt(what: str) -> OdlaError:

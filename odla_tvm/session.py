@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from .computation import Computation
+from .computation import Computation, destroy_computation
 from .context import Context
 from .device import Device
 from .executable import Executable, compile_computation, load_executable, store_executable
@@ -34,6 +34,20 @@ class Session:
                 "Executable, or a stored executable path or bytes",
             )
         self._args = {v.id: v for v in self.executable.args}
+
+    @classmethod
+    def from_onnx(cls, model, device: Device | None = None,
+                  input_data: dict | None = None) -> "Session":
+        """A session over an ONNX model (a path, bytes or onnx.ModelProto) imported through
+        the ODLA op API (odla_tvm.frontends.onnx); inputs and outputs keep their ONNX names.
+        ``input_data`` fixes graph inputs to data (see ``import_model``)."""
+        from .frontends.onnx import import_model  # onnx is needed only here
+
+        computation = import_model(model, input_data)
+        try:
+            return cls(computation, device)
+        finally:
+            destroy_computation(computation)
 
     @property
     def input_types(self) -> dict[str, ValueType]:

@@ -105,6 +105,83 @@ class MemoryLayout(IntEnum):
     IOS = 5
 
 
+class RnnDirection(IntEnum):
+    FORWARD = 0
+    REVERSE = 1
+    BIDIRECTIONAL = 2
+
+
+class RnnOutputs(IntEnum):
+    """Which states an RNN returns besides its output sequence."""
+
+    NO_STATE = 0
+    HIDDEN_STATE = 1
+    CELL_STATE = 2
+    HIDDEN_CELL_STATE = 3
+
+
+class RnnWeightFormat(IntEnum):
+    LDGOI = 0  # directions, gates x outputs, inputs (ONNX's layout)
+    LDIGO = 1  # directions, inputs, gates x outputs
+
+
+class RnnGateOrder(IntEnum):
+    IOFC = 0  # input, output, forget, cell (ONNX LSTM)
+    IFCO = 1
+    IFOC = 2
+    ICOF = 3
+    URO = 4  # update, reset, hidden (ONNX GRU)
+
+
+class TfIdfMode(IntEnum):
+    TF = 0
+    IDF = 1
+    TFIDF = 2
+
+
+class ReductionMode(IntEnum):
+    """How a loss reduces its per-element values (odla_reduction_mode)."""
+
+    NONE = 0
+    MEAN = 1
+    SUM = 2
+
+
+class InterpolationMode(IntEnum):
+    """``odla_interpolation_mode`` (odla_ops_process.h)."""
+
+    NEAREST = 0
+    LINEAR = 1
+    CUBIC = 2
+
+
+class ResizeCoordinateMode(IntEnum):
+    """``odla_resize_coordinate_mode``: how an output coordinate maps to an input one."""
+
+    ASSYMMETRIC = 0  # ODLA's spelling
+    HALF_PIXEL = 1
+    HALF_PIXEL_TF = 2
+    ALIGN_CORNERS = 3
+
+
+class FillMethod(IntEnum):
+    """``odla_fill_method``: ODLA's names, as ``ODLA_EyeLike`` and so on."""
+
+    EyeLike = 0
+    RandomNormal = 1
+    RandomUniform = 2
+
+
+class LoopOutputMode(IntEnum):
+    """``odla_loop_output_mode``: what a loop returns for a loop variable besides its last value."""
+
+    LAST_VALUE = 0
+    FWD_BEFORE = 1  # the values before each iteration, stacked: [init ... last)
+    FWD_AFTER = 2  # the values after each iteration: [first update ... last]
+    REV_BEFORE = 3  # FWD_BEFORE reversed
+    REV_AFTER = 4  # FWD_AFTER reversed
+
+
 class Bf16Mode(IntEnum):
     """Values of the BF16_MODE item (odla_bf16_mode)."""
 

@@ -12,6 +12,7 @@ from .registry import (
 )
 from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
 from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
+from .training_runtime import DeviceFunctions
 
 __all__ = [
     "RUNTIME_LIBRARIES",
@@ -19,6 +20,7 @@ __all__ = [
     "runtime_libraries",
     "CompiledModule",
     "allocate",
+    "DeviceFunctions",
     "TargetSpec",
     "ToolchainMissing",
     "available_targets",

@@ -277,3 +277,222 @@ def squeeze(x, axes):
 
 def expand_dims(x, output_dims):
     return np.broadcast_to(x, output_dims).copy()
+
+
+# -- nn: activations, normalizations, selection, recurrent layers -------------------------------
+
+def _f64(fn):
+    """``fn`` computed in float64 and returned in the input's dtype."""
+    def wrapped(x, *args, **kwargs):
+        return np.asarray(fn(x.astype(np.float64), *args, **kwargs)).astype(x.dtype)
+
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+@_f64
+def celu(x, alpha):
+    return np.maximum(x, 0) + np.minimum(0, alpha * (np.exp(x / alpha) - 1))
+
+
+@_f64
+def elu(x, alpha):
+    return np.where(x < 0, alpha * (np.exp(x) - 1), x)
+
+
+@_f64
+def hard_sigmoid(x, alpha, beta):
+    return np.clip(alpha * x + beta, 0, 1)
+
+
+@_f64
+def hard_swish(x):
+    return x * np.clip(x / 6 + 0.5, 0, 1)
+
+
+@_f64
+def swish(x, alpha):
+    return x / (1 + np.exp(-alpha * x))
+
+
+@_f64
+def selu(x, alpha, gamma):
+    return np.where(x <= 0, gamma * (alpha * np.exp(x) - alpha), gamma * x)
+
+
+@_f64
+def shrink(x, bias, lambd):
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
+
+
+@_f64
+def softplus(x):
+    return np.log1p(np.exp(x))
+
+
+@_f64
+def softsign(x):
+    return x / (1 + np.abs(x))
+
+
+@_f64
+def thresholded_relu(x, alpha):
+    return np.where(x > alpha, x, 0)
+
+
+def prelu(x, slope):
+    return np.where(x < 0, x.astype(np.float64) * slope, x).astype(x.dtype)
+
+
+def hardmax(x, axis):
+    first = np.expand_dims(np.argmax(x, axis), axis)
+    return (np.arange(x.shape[axis]).reshape([-1] + [1] * (x.ndim - axis % x.ndim - 1))
+            == first).astype(x.dtype)
+
+
+@_f64
+def lrn(x, size, alpha, beta, bias):
+    """Across channels of channels-first ``x``."""
+    squares = np.pad(x * x, [(0, 0), ((size - 1) // 2, size // 2)] + [(0, 0)] * (x.ndim - 2))
+    window_sum = sum(squares[:, k:k + x.shape[1]] for k in range(size))
+    return x / (bias + alpha / size * window_sum) ** beta
+
+
+def _standardized(x, axes, epsilon):
+    mean = x.mean(axis=tuple(axes), keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=tuple(axes), keepdims=True) + epsilon)
+
+
+def _per_channel(v, rank):
+    return np.asarray(v, np.float64).reshape([-1] + [1] * (rank - 2)) if np.ndim(v) else v
+
+
+@_f64
+def instance_normalization(x, epsilon, scale=1.0, offset=0.0):
+    """Channels-first ``x``; scale and offset per channel or scalars."""
+    y = _standardized(x, range(2, x.ndim), epsilon)
+    return y * _per_channel(scale, x.ndim) + _per_channel(offset, x.ndim)
+
+
+@_f64
+def group_normalization(x, groups, epsilon, scale=1.0, offset=0.0):
+    grouped = x.reshape(x.shape[0], groups, -1)
+    y = _standardized(grouped, [2], epsilon).reshape(x.shape)
+    return y * _per_channel(scale, x.ndim) + _per_channel(offset, x.ndim)
+
+
+@_f64
+def layer_norm(x, axes, epsilon, scale=1.0, offset=0.0):
+    return _standardized(x, axes, epsilon) * scale + offset
+
+
+@_f64
+def lp_normalize(x, p, axes, epsilon):
+    norm = (np.sum(np.abs(x) ** p, axis=tuple(axes), keepdims=True) + epsilon) ** (1.0 / p)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm == 0, 0, x / norm)
+
+
+def topk(x, k, axis, largest):
+    """(values, int64 indices); ties keep the lower index first."""
+    order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+    indices = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, indices, axis), indices.astype(np.int64)
+
+
+def _iou(a, b):
+    """IoU of two (y1, x1, y2, x2) boxes whose corners may come in either order."""
+    ay1, ay2 = sorted(a[0::2])
+    ax1, ax2 = sorted(a[1::2])
+    by1, by2 = sorted(b[0::2])
+    bx1, bx2 = sorted(b[1::2])
+    inter = max(0.0, min(ay2, by2) - max(ay1, by1)) * max(0.0, min(ax2, bx2) - max(ax1, bx1))
+    union = (ay2 - ay1) * (ax2 - ax1) + (by2 - by1) * (bx2 - bx1) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def nms(boxes, scores, max_per_class, iou_threshold, score_threshold):
+    """Greedy non-max suppression per batch and class: (selected, 3) int64 rows."""
+    rows = []
+    for b, c in np.ndindex(scores.shape[0], scores.shape[1]):
+        kept = []
+        for i in np.argsort(-scores[b, c], kind="stable"):
+            if len(kept) == max_per_class or scores[b, c, i] <= score_threshold:
+                break
+            if all(_iou(boxes[b, i], boxes[b, j]) <= iou_threshold for j in kept):
+                kept.append(i)
+        rows += [(b, c, i) for i in kept]
+    return np.array(rows, np.int64).reshape(-1, 3)
+
+
+def roi_max_pool(x, rois, pooled, scale):
+    """Max pooling of channels-first ``x`` over (batch, x1, y1, x2, y2) ROIs, as Caffe."""
+    out = np.zeros((len(rois), x.shape[1]) + tuple(pooled), x.dtype)
+    for n, (b, *corners) in enumerate(rois):
+        x1, y1, x2, y2 = (int(round(v * scale)) for v in corners)
+        height, width = max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1)
+        for i, j in np.ndindex(*pooled):
+            ys = (min(max(y1 + int(np.floor(i * height / pooled[0])), 0), x.shape[2]),
+                  min(max(y1 + int(np.ceil((i + 1) * height / pooled[0])), 0), x.shape[2]))
+            xs = (min(max(x1 + int(np.floor(j * width / pooled[1])), 0), x.shape[3]),
+                  min(max(x1 + int(np.ceil((j + 1) * width / pooled[1])), 0), x.shape[3]))
+            cell = x[int(b), :, ys[0]:ys[1], xs[0]:xs[1]]
+            out[n, :, i, j] = cell.max(axis=(1, 2)) if cell.size else 0
+    return out
+
+
+def _sigmoid64(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def recurrent(kind, x, w, r, b=None, seq_lens=None, initial=None, peephole=None,
+              reverse=False, linear_before_reset=False):
+    """One direction of an ONNX RNN/GRU/LSTM (weights of that direction, gates in ONNX
+    order): (outputs (seq, batch, hidden), last states)."""
+    hidden = r.shape[-1]
+    gates = r.shape[0] // hidden
+    w_bias, r_bias = (np.zeros(gates * hidden), np.zeros(gates * hidden)) if b is None else \
+        np.split(b.astype(np.float64), 2)
+    states = [np.zeros((x.shape[1], hidden)) if s is None else s.astype(np.float64)
+              for s in (initial or [None] * (2 if kind == "LSTM" else 1))]
+    outputs = np.zeros((x.shape[0], x.shape[1], hidden))
+    lengths = np.full(x.shape[1], x.shape[0]) if seq_lens is None else seq_lens
+    for t in reversed(range(x.shape[0])) if reverse else range(x.shape[0]):
+        x_proj = x[t].astype(np.float64) @ w.T + w_bias
+        h = states[0]
+        if kind == "RNN":
+            new = [np.tanh(x_proj + h @ r.T + r_bias)]
+        elif kind == "GRU":
+            xz, xr, xh = np.split(x_proj, 3, axis=-1)
+            rz, rr, rh = np.split(r, 3)
+            bz, br, bh = np.split(r_bias, 3)
+            z, reset = _sigmoid64(xz + h @ rz.T + bz), _sigmoid64(xr + h @ rr.T + br)
+            recur = reset * (h @ rh.T + bh) if linear_before_reset else (reset * h) @ rh.T + bh
+            candidate = np.tanh(xh + recur)
+            new = [(1 - z) * candidate + z * h]
+        else:
+            c = states[1]
+            gi, go, gf, gc = np.split(x_proj + h @ r.T + r_bias, 4, axis=-1)
+            pi, po, pf = np.split(np.zeros(3 * hidden) if peephole is None else peephole, 3)
+            i, f = _sigmoid64(gi + pi * c), _sigmoid64(gf + pf * c)
+            c_next = f * c + i * np.tanh(gc)
+            new = [_sigmoid64(go + po * c_next) * np.tanh(c_next), c_next]
+        valid = (t < lengths)[:, None]
+        states = [np.where(valid, n, s) for n, s in zip(new, states)]
+        outputs[t] = np.where(valid, new[0], 0)
+    return outputs.astype(x.dtype), [s.astype(x.dtype) for s in states]
+
+
+def negative_log_likelihood_loss(log_probabilities, labels, ignored, reduction, weight=None):
+    """ONNX NegativeLogLikelihoodLoss of (N, C, d...) log-probabilities and (N, d...) labels;
+    ``reduction`` is "none", "sum" or "mean" (divided by the counted labels' weights)."""
+    p = np.moveaxis(log_probabilities.astype(np.float64), 1, -1)  # (N, d..., C)
+    counted = labels != ignored
+    safe = np.where(counted, labels, 0)
+    w = (np.ones(p.shape[-1]) if weight is None else weight.astype(np.float64))[safe] * counted
+    losses = -np.take_along_axis(p, safe[..., None], -1)[..., 0] * w
+    if reduction == "none":
+        return losses.astype(log_probabilities.dtype)
+    total = losses.sum() if reduction == "sum" else losses.sum() / w.sum()
+    return np.asarray(total, log_probabilities.dtype)
+

@@ -26,6 +26,11 @@ ELEMENT_TYPES = {
     np.dtype(np.float64): E.FLOAT64,
     np.dtype(np.int32): E.INT32,
     np.dtype(np.int64): E.INT64,
+    np.dtype(np.int8): E.INT8,
+    np.dtype(np.uint8): E.UINT8,
+    np.dtype(np.int16): E.INT16,
+    np.dtype(np.uint16): E.UINT16,
+    np.dtype(np.uint32): E.UINT32,
     np.dtype(np.bool_): E.BOOL,
 }
 F32, I32, I64 = np.float32, np.int32, np.int64

@@ -1,5 +1,5 @@
 """ODLA op functions, grouped like ODLA's op headers."""
 
-from . import basic, math, nn, process
+from . import basic, control_flow, math, nn, process, quantization
 
-__all__ = ["basic", "math", "nn", "process"]
+__all__ = ["basic", "control_flow", "math", "nn", "process", "quantization"]

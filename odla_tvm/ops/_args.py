@@ -3,7 +3,9 @@ the argument, what was expected and what was given."""
 
 from __future__ import annotations
 
-from ..computation import Value, current_computation
+import numpy as np
+
+from ..computation import Value, ValueKind, current_computation
 from ..types import MemoryLayout, OdlaError, Status
 
 
@@ -47,3 +49,24 @@ def number(op_name: str, name: str, value) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise invalid(op_name, f"{name} is {value!r}; expected a number") from None
+
+
+def apply_values(op_name, operands, attrs, value_ids=None, output_dims=None) -> list[Value]:
+    """Adds a multi-output op; ``value_ids`` is None or a sequence of one id per output."""
+    if isinstance(value_ids, str):
+        raise invalid(op_name, f"value_ids is {value_ids!r}; expected a sequence of ids or None")
+    ids = None if value_ids is None else tuple(value_ids)
+    return current_computation().apply(op_name, operands, attrs, ids, output_dims)
+
+
+def constant_ints(op_name: str, name: str, value) -> tuple[int, ...]:
+    """An operand ODLA passes as a value but whose data decides the result's shape (an axis):
+    a constant Value, or plain ints. Its data is read when the op is created."""
+    if isinstance(value, Value):
+        if value.kind is not ValueKind.CONSTANT:
+            raise invalid(
+                op_name, f"{name} is the {value.kind.value} {value.id!r}; expected a constant "
+                "(its data decides the result's shape)",
+            )
+        value = value.data
+    return ints(op_name, name, np.ravel(value))

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
-from tvm import relax
+import math
+
+from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
+from ..kernels import determinant_kernel, inverse_kernel
 from ..registry import register
+from .common import as_bool, check_axis, check_integer, check_same_dtype, is_float
 
 # Element-wise ops that are one Relax op each.
 _UNARY = {
-    "Abs": R.abs, "Exp": R.exp, "Log": R.log, "Neg": R.negative, "Sqrt": R.sqrt,
-    "Tanh": R.tanh,
+    "Abs": R.abs, "ACos": R.acos, "ACosh": R.acosh, "ASin": R.asin, "ASinh": R.asinh,
+    "ATan": R.atan, "ATanh": R.atanh, "Ceil": R.ceil, "Cos": R.cos, "Cosh": R.cosh, "Erf": R.erf,
+    "Exp": R.exp, "Floor": R.floor, "IsNaN": R.isnan, "Log": R.log, "Neg": R.negative,
+    "RoundHalfToEven": R.round, "Rsqrt": R.rsqrt, "Sign": R.sign, "Sin": R.sin, "Sinh": R.sinh,
+    "Sqrt": R.sqrt, "Tan": R.tan, "Tanh": R.tanh,
 }
 _BINARY = {
     "Add": R.add, "Sub": R.subtract, "Mul": R.multiply, "Div": R.divide, "Pow": R.power,
     "Max": R.maximum, "Min": R.minimum,
 }
+_COMPARE = {
+    "Equal": R.equal, "NotEqual": R.not_equal, "Greater": R.greater,
+    "GreaterOrEqual": R.greater_equal, "Less": R.less, "LessOrEqual": R.less_equal,
+}
+_LOGICAL = {"And": R.logical_and, "Or": R.logical_or, "Xor": R.logical_xor}
 
 
 def _unary(relax_op):
@@ -25,20 +37,167 @@ def _unary(relax_op):
 
 def _binary(relax_op):
     def lower(emit, lhs, rhs):
-        if lhs.ty.dtype != rhs.ty.dtype:
-            raise LoweringError(
-                f"operand element types differ: lhs {lhs.ty.dtype}, rhs {rhs.ty.dtype}; "
-                "expected the same (insert a Cast)"
-            )
+        check_same_dtype(lhs, rhs)
         return relax_op(lhs, rhs)
 
     return lower
+
+
+def _compare(relax_op):
+    def lower(emit, lhs, rhs):
+        check_same_dtype(lhs, rhs)
+        if lhs.ty.dtype == "bool":  # TVM compares BOOLs as floats, which LLVM refuses
+            lhs, rhs = emit(R.astype(lhs, "int8")), emit(R.astype(rhs, "int8"))
+        return relax_op(lhs, rhs)
+
+    return lower
+
+
+def _logical(relax_op):
+    return lambda emit, lhs, rhs: relax_op(as_bool(emit, lhs), as_bool(emit, rhs))
 
 
 for _name, _op in _UNARY.items():
     register(_name)(_unary(_op))
 for _name, _op in _BINARY.items():
     register(_name)(_binary(_op))
+for _name, _op in _COMPARE.items():
+    register(_name)(_compare(_op))
+for _name, _op in _LOGICAL.items():
+    register(_name)(_logical(_op))
+
+
+@register("Not")
+def not_(emit, x):
+    return R.logical_not(x) if x.ty.dtype == "bool" else R.equal(x, relax.const(0, str(x.ty.dtype)))
+
+
+@register("Round")
+def round_(emit, x):
+    if not is_float(x):
+        return x
+    # Relax rounds halfway cases to even; ODLA rounds them away from zero. x - trunc(x) is
+    # exact, so the halfway cases are found exactly.
+    dtype = str(x.ty.dtype)
+    truncated = emit(R.trunc(x))
+    fraction = emit(R.abs(emit(R.subtract(x, truncated))))
+    halfway = emit(R.equal(fraction, relax.const(0.5, dtype)))
+    away = emit(R.add(truncated, emit(R.sign(x))))
+    return R.where(halfway, away, emit(R.round(x)))
+
+
+@register("Reciprocal")
+def reciprocal(emit, x):
+    return R.divide(relax.const(1, str(x.ty.dtype)), x)
+
+
+@register("SquaredDifference")
+def squared_difference(emit, lhs, rhs):
+    check_same_dtype(lhs, rhs)
+    difference = emit(R.subtract(lhs, rhs))
+    return R.multiply(difference, difference)
+
+
+@register("Mod")
+def mod(emit, lhs, rhs, *, fmod):
+    check_same_dtype(lhs, rhs)
+    # Relax's mod truncates (C's fmod); floor_mod takes the divisor's sign.
+    return R.mod(lhs, rhs) if fmod else R.floor_mod(lhs, rhs)
+
+
+@register("Shift")
+def shift(emit, x, amount, *, left):
+    check_integer(x, "input")
+    if amount.ty.dtype != x.ty.dtype:
+        amount = emit(R.astype(amount, str(x.ty.dtype)))
+    return R.left_shift(x, amount) if left else R.right_shift(x, amount)
+
+
+@register("IsInf")
+def is_inf(emit, x, *, detect_pos, detect_neg):
+    if not is_float(x) or not (detect_pos or detect_neg):
+        return R.zeros_like(x, "bool")
+    if detect_pos and detect_neg:
+        return R.isinf(x)
+    return R.equal(x, relax.const(math.inf if detect_pos else -math.inf, str(x.ty.dtype)))
+
+
+@register("Mean")
+def mean(emit, *inputs):
+    if not inputs:
+        raise LoweringError("no inputs; expected at least one value")
+    check_same_dtype(*inputs)
+    total = inputs[0]
+    for x in inputs[1:]:
+        total = emit(R.add(total, x))
+    return R.divide(total, relax.const(len(inputs), str(total.ty.dtype)))
+
+
+@register("Select")
+def select(emit, condition, a, b):
+    check_same_dtype(a, b)
+    return R.where(as_bool(emit, condition), a, b)
+
+
+@register("CumSum")
+def cum_sum(emit, x, *, axis, exclusive, reverse):
+    check_axis(x, axis)
+    if reverse:
+        x = emit(R.flip(x, axis))
+    y = emit(R.cumsum(x, axis, exclusive=exclusive))
+    return R.flip(y, axis) if reverse else y
+
+
+def _square_matrices(x):
+    dims = x.ty.shape.values
+    sizes = [int(d) if isinstance(d, tirx.IntImm) else None for d in dims[-2:]]
+    if len(dims) < 2 or (None not in sizes and sizes[0] != sizes[1]):
+        raise LoweringError(f"input is {x.ty}; expected square matrices in the last two dims")
+    if not is_float(x):
+        raise LoweringError(f"input is {x.ty.dtype}; expected a floating-point element type")
+
+
+@register("Det")
+def det(emit, x):
+    _square_matrices(x)
+    dims = list(x.ty.shape.values)
+    dtype = str(x.ty.dtype)
+    matrices = emit(R.reshape(x, [-1, dims[-2], dims[-1]]))
+    work_and_dets = emit.tir("determinant", determinant_kernel(dtype), [matrices],
+                             [matrices.ty, relax.TensorType([matrices.ty.shape.values[0]], dtype)])
+    return R.reshape(emit(relax.TupleGetItem(work_and_dets, 1)), dims[:-2])
+
+
+@register("Inverse")
+def inverse(emit, x):
+    _square_matrices(x)
+    dims = list(x.ty.shape.values)
+    matrices = emit(R.reshape(x, [-1, dims[-2], dims[-1]]))
+    work_and_inverses = emit.tir("inverse", inverse_kernel(str(x.ty.dtype)), [matrices],
+                                 [matrices.ty, matrices.ty])
+    return R.reshape(emit(relax.TupleGetItem(work_and_inverses, 1)), dims)
+
+
+@register("Einsum")
+def einsum(emit, *inputs, equation):
+    check_same_dtype(*inputs)
+    return R.einsum(list(inputs), equation)
+
+
+def _arg_reduce(relax_op, topi_op):
+    def lower(emit, x, *, axis, keep_dims, last_index, dtype):
+        check_axis(x, axis)
+        if last_index:  # Relax's ops return the first of equal elements; TOPI's can the last
+            indices = emit.te(topi_op, x, axis, keep_dims, True)
+        else:
+            indices = emit(relax_op(x, axis, keep_dims))
+        return indices if dtype == indices.ty.dtype else R.astype(indices, dtype)
+
+    return lower
+
+
+register("ArgMax")(_arg_reduce(R.argmax, topi.argmax))
+register("ArgMin")(_arg_reduce(R.argmin, topi.argmin))
 
 
 @register("Clamp")
@@ -82,19 +241,56 @@ def batch_mat_mul(emit, a, b, *, a_transpose, b_transpose):
     return R.matmul(a, b)
 
 
-_REDUCE = {"ReduceMean": R.mean, "ReduceSum": R.sum, "ReduceMax": R.max}
+def _axes(x, axes) -> list[int] | None:
+    """Checked reduction axes; None (every axis) when ``axes`` is empty."""
+    rank = x.ty.ndim
+    bad = [a for a in axes if not -rank <= a < rank]
+    if bad:
+        raise LoweringError(f"axes {bad} out of range for {x.ty}; expected -{rank}..{rank - 1}")
+    return list(axes) if axes else None
+
+
+_REDUCE = {"ReduceMean": R.mean, "ReduceSum": R.sum, "ReduceMax": R.max, "ReduceMin": R.min,
+           "ReduceProd": R.prod}
 
 
 def _reduce(relax_op):
-    def lower(emit, x, *, axes, keep_dims):
-        rank = x.ty.ndim
-        bad = [a for a in axes if not -rank <= a < rank]
-        if bad:
-            raise LoweringError(f"axes {bad} out of range for {x.ty}; expected -{rank}..{rank - 1}")
-        return relax_op(x, axis=list(axes) if axes else None, keepdims=keep_dims)
-
-    return lower
+    return lambda emit, x, *, axes, keep_dims: relax_op(x, _axes(x, axes), keep_dims)
 
 
 for _name, _op in _REDUCE.items():
     register(_name)(_reduce(_op))
+
+
+@register("ReduceSumSquare")
+def reduce_sum_square(emit, x, *, axes, keep_dims):
+    return R.sum(emit(R.multiply(x, x)), _axes(x, axes), keep_dims)
+
+
+@register("ReduceLogSum")
+def reduce_log_sum(emit, x, *, axes, keep_dims):
+    return R.log(emit(R.sum(x, _axes(x, axes), keep_dims)))
+
+
+@register("ReduceLogSumExp")
+def reduce_log_sum_exp(emit, x, *, axes, keep_dims):
+    # log(sum(exp(x - m))) + m with m the maximum, so that large inputs do not overflow.
+    axes = _axes(x, axes)
+    peak = emit(R.max(x, axes, True))
+    shifted = emit(R.exp(emit(R.subtract(x, peak))))
+    log_sum = emit(R.log(emit(R.sum(shifted, axes, keep_dims))))
+    return R.add(log_sum, peak if keep_dims else emit(R.max(x, axes, False)))
+
+
+@register("ReduceL1")
+def reduce_l1(emit, x, *, axes, keep_dims, epsilon):
+    total = emit(R.sum(emit(R.abs(x)), _axes(x, axes), keep_dims))
+    return R.add(total, relax.const(epsilon, str(x.ty.dtype))) if epsilon else total
+
+
+@register("ReduceL2")
+def reduce_l2(emit, x, *, axes, keep_dims, epsilon):
+    total = emit(R.sum(emit(R.multiply(x, x)), _axes(x, axes), keep_dims))
+    if epsilon:
+        total = emit(R.add(total, relax.const(epsilon, str(x.ty.dtype))))
+    return R.sqrt(total)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+
+import numpy as np
+from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
+from ..kernels import dims_tensor, random_fill, scaled_dims, strided_gather, wrap_negative
 from ..registry import register
-
-
-def _check_axis(x, axis, allow_end=False):
-    rank = x.ty.ndim + (1 if allow_end else 0)
-    if not -rank <= axis < rank:
-        raise LoweringError(f"axis {axis} out of range for {x.ty}; expected -{rank}..{rank - 1}")
+from .common import (
+    as_bool,
+    check_axis,
+    check_integer,
+    check_same_dtype,
+    check_vector,
+    static_dims,
+)
 
 
 @register("Reshape")
@@ -32,7 +40,7 @@ def transpose(emit, x, *, permutations):
 def concat(emit, *inputs, axis):
     if not inputs:
         raise LoweringError("no inputs; expected at least one value to concatenate")
-    _check_axis(inputs[0], axis)
+    check_axis(inputs[0], axis)
     return R.concat(list(inputs), axis)
 
 
@@ -49,7 +57,7 @@ def slice_(emit, x, *, start, end, stride):
 
 @register("Gather")
 def gather(emit, x, indices, *, axis):
-    _check_axis(x, axis)
+    check_axis(x, axis)
     if indices.ty.dtype not in ("int32", "int64"):
         raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
     # "wrap" gives negative indices their ODLA/ONNX meaning (from the end) and keeps an
@@ -77,7 +85,7 @@ def cast(emit, x, *, dtype):
 def squeeze(emit, x, *, axes):
     dims = x.ty.shape.values
     for a in axes:
-        _check_axis(x, a)
+        check_axis(x, a)
         if int(dims[a]) != 1:
             raise LoweringError(f"axis {a} of {x.ty} has size {int(dims[a])}; expected 1 to squeeze")
     return R.squeeze(x, list(axes) if axes else None)
@@ -86,3 +94,226 @@ def squeeze(emit, x, *, axes):
 @register("ExpandDims")
 def expand_dims(emit, x, *, output_dims):
     return R.broadcast_to(x, list(output_dims))
+
+
+register("Broadcast")(expand_dims)
+
+
+@register("Compress")
+def compress(emit, x, condition, *, axis):
+    check_vector(condition, "condition")
+    if axis is None:
+        x, axis = emit(R.reshape(x, [-1])), 0
+    check_axis(x, axis)
+    size = x.ty.shape.values[axis]
+    if isinstance(size, tirx.IntImm) and int(condition.ty.shape.values[0]) > int(size):
+        # Entries past the end of the axis select nothing.
+        condition = emit(R.strided_slice(condition, [0], [0], [int(size)]))
+    positions = emit.with_shape(R.nonzero(as_bool(emit, condition)))  # (1, count)
+    indices = emit(R.reshape(positions, [positions.ty.shape.values[1]]))
+    # "clip" keeps a condition longer than a dim known at run time only from reading past it.
+    return R.take(x, indices, axis, mode="clip")
+
+
+@register("Stack")
+def stack(emit, *inputs, axis):
+    if not inputs:
+        raise LoweringError("no inputs; expected at least one value to stack")
+    check_same_dtype(*inputs)
+    check_axis(inputs[0], axis, allow_end=True)
+    return R.stack(list(inputs), axis)
+
+
+@register("Fill")
+def fill(emit, *, method, dims, dtype, p0, p1, seed):
+    if method == "EyeLike":
+        if len(dims) != 2:
+            raise LoweringError(f"EyeLike fills a matrix; type has shape {tuple(dims)}")
+        return R.eye(dims[0], dims[1], 0, dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        raise LoweringError(f"{method} fills floating-point values; type has element type {dtype}")
+    return emit.te(random_fill, tuple(dims), dtype, method == "RandomNormal", p0, p1, seed)
+
+
+def _check_indices(indices):
+    if indices.ty.dtype not in ("int32", "int64"):
+        raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
+
+
+@register("GatherElements")
+def gather_elements(emit, x, indices, *, axis):
+    check_axis(x, axis)
+    _check_indices(indices)
+    if indices.ty.ndim != x.ty.ndim:
+        raise LoweringError(f"indices are {indices.ty}; expected the rank of input {x.ty}")
+    wrapped = emit.te(wrap_negative, indices, [x.ty.shape.values[axis]])
+    return R.gather_elements(x, wrapped, axis)
+
+
+@register("GatherND")
+def gather_nd(emit, x, indices, *, batch_dims):
+    _check_indices(indices)
+    tuple_size = indices.ty.shape.values[-1] if indices.ty.ndim else None
+    if not isinstance(tuple_size, tirx.IntImm) or batch_dims + int(tuple_size) > x.ty.ndim:
+        raise LoweringError(
+            f"indices are {indices.ty} with {batch_dims} batch dims; expected index tuples of a "
+            f"static length in the last axis, addressing at most the {x.ty.ndim} dims of input"
+        )
+    sizes = list(x.ty.shape.values[batch_dims: batch_dims + int(tuple_size)])
+    wrapped = emit.te(wrap_negative, indices, sizes) if sizes else indices
+    return R.gather_nd(x, wrapped, batch_dims)
+
+
+@register("OneHot")
+def one_hot(emit, indices, values, *, depth, axis):
+    _check_indices(indices)
+    check_vector(values, "values", 2)
+    check_axis(indices, axis, allow_end=True)
+    rank = indices.ty.ndim
+    axis %= rank + 1
+    wrapped = emit.te(wrap_negative, indices, [depth])
+    positions = emit(R.reshape(emit(R.arange(depth, dtype=str(indices.ty.dtype))),
+                               [depth] + [1] * (rank - axis)))
+    hot = emit(R.equal(emit(R.expand_dims(wrapped, axis)), positions))
+    off = emit(R.take(values, relax.const(0, "int64")))
+    on = emit(R.take(values, relax.const(1, "int64")))
+    return R.where(hot, on, off)
+
+
+def _runtime_dims(emit, vector, name):
+    """The entries of the 1-D integer ``vector``, read at run time, as symbolic dims."""
+    check_vector(vector, name)
+    check_integer(vector, name)
+    return list(emit.with_shape(R.tensor_to_shape(vector)).ty.values)
+
+
+@register("ReshapeDynamic")
+def reshape_dynamic(emit, x, output_shape):
+    requested = _runtime_dims(emit, output_shape, "output_shape")
+    in_dims = list(x.ty.shape.values)
+    # ONNX's rules: 0 keeps the input's dim, -1 is what the element count leaves.
+    dims = [tirx.Select(d == 0, in_dims[i], d) if i < len(in_dims) else d
+            for i, d in enumerate(requested)]
+    one = tirx.const(1, "int64")
+    known = functools.reduce(operator.mul, [tirx.Select(d == -1, one, d) for d in dims], one)
+    count = functools.reduce(operator.mul, in_dims, 1)
+    return R.reshape(x, relax.ShapeExpr([tirx.Select(d == -1, count // known, d) for d in dims]))
+
+
+_RESIZE = {1: (topi.image.resize1d, "NCW"), 2: (topi.image.resize2d, "NCHW"),
+           3: (topi.image.resize3d, "NCDHW")}
+
+
+def _resize_axes(emit, x, axes, sizes, *, method, coordinate_mode, nearest_mode, cubic_coeff_a,
+                 exclude_outside):
+    """Resizes ``axes`` of ``x`` to ``sizes``: they are moved last and the other axes folded
+    into one channel axis, so that TOPI's channels-first resize (1-3 spatial dims) applies."""
+    if not 1 <= len(axes) <= 3:
+        raise LoweringError(f"{len(axes)} axes to resize; expected 1 to 3")
+    rank = x.ty.ndim
+    dims = x.ty.shape.values
+    kept = [a for a in range(rank) if a not in axes]
+    order = kept + list(axes)
+    if order != list(range(rank)):
+        x = emit(R.permute_dims(x, order))
+    x = emit(R.reshape(x, [1, -1] + [dims[a] for a in axes]))
+    resize_op, layout = _RESIZE[len(axes)]
+    y = emit.te(resize_op, x, [0.0] * (2 * len(axes)), list(sizes), layout,
+                "nearest_neighbor" if method == "nearest" else method, coordinate_mode,
+                nearest_mode, cubic_coeff_a, int(exclude_outside))
+    y = emit(R.reshape(y, [dims[a] for a in kept] + list(sizes)))
+    if order != list(range(rank)):
+        y = emit(R.permute_dims(y, [order.index(a) for a in range(rank)]))
+    return y
+
+
+@register("Resize")
+def resize(emit, x, *, axes_mask, output_dims, **interpolation):
+    rank = x.ty.ndim
+    if len(output_dims) != rank:
+        raise LoweringError(f"output_dims {tuple(output_dims)} has {len(output_dims)} dims; "
+                            f"expected {rank} for {x.ty}")
+    dims = x.ty.shape.values
+    changed = [a for a in range(rank)
+               if not isinstance(dims[a], tirx.IntImm) or int(dims[a]) != output_dims[a]]
+    # A 0 mask resizes every axis whose size changes.
+    axes = [a for a in range(rank) if axes_mask >> (rank - 1 - a) & 1] if axes_mask else changed
+    resized_elsewhere = [a for a in changed if a not in axes]
+    if resized_elsewhere or axes_mask >> rank:
+        raise LoweringError(f"axes_mask {axes_mask:#b} selects axes {axes}, but output_dims "
+                            f"{tuple(output_dims)} change axes {resized_elsewhere} of {x.ty}")
+    return _resize_axes(emit, x, axes, [output_dims[a] for a in axes], **interpolation)
+
+
+@register("ResizeDynamic")
+def resize_dynamic(emit, x, scales, sizes, **interpolation):
+    rank = x.ty.ndim
+    if not 3 <= rank <= 5:
+        raise LoweringError(f"input is {x.ty}; expected channels-first data of rank 3 to 5")
+    if sizes is None:
+        check_vector(scales, "scales", rank)
+        sizes = emit.te(scaled_dims, list(x.ty.shape.values), scales)
+    check_vector(sizes, "sizes", rank)
+    spatial = emit(R.strided_slice(sizes, [0], [2], [rank]))
+    axes = list(range(2, rank))
+    return _resize_axes(emit, x, axes, _runtime_dims(emit, spatial, "sizes"), **interpolation)
+
+
+@register("Shape")
+def shape(emit, x):
+    dims = static_dims(x)
+    if dims is not None:
+        return relax.const(np.array(dims, np.int64), "int64")
+    return emit.te(dims_tensor, list(x.ty.shape.values))
+
+
+@register("SliceDynamic")
+def slice_dynamic(emit, x, start, size, stride):
+    rank = x.ty.ndim
+    for name, vector in (("start", start), ("stride", stride)):
+        check_vector(vector, name, rank)
+        check_integer(vector, name)
+    check_vector(size, "size", rank)
+    return emit.te(strided_gather, x, start, stride, _runtime_dims(emit, size, "size"))
+
+
+@register("DimsExpand")
+def dims_expand(emit, x, original, axes):
+    check_vector(x, "input")
+    check_integer(axes, "axes")
+    check_same_dtype(x, original)
+    axes = emit.te(wrap_negative, emit(R.astype(axes, "int64")), [x.ty.shape.values[0]])
+    replaced = emit(R.take(x, axes))
+    dtype = str(x.ty.dtype)
+    relative = emit(R.less(original, relax.const(0, dtype)))
+    values = emit(R.where(relative, emit(R.add(original, replaced)), original))
+    return R.scatter_elements(x, axes, values, 0)
+
+
+@register("Split")
+def split(emit, x, *, axis, parts):
+    check_axis(x, axis)
+    size = x.ty.shape.values[axis]
+    if isinstance(size, tirx.IntImm) and int(size) % parts:
+        raise LoweringError(f"axis {axis} of {x.ty} has size {int(size)}; expected a multiple "
+                            f"of num_split {parts}")
+    if parts == 1:  # Relax's split into one part is the tensor itself, not a tuple
+        return [x]
+    pieces = emit(R.split(x, parts, axis))
+    return [relax.TupleGetItem(pieces, i) for i in range(parts)]
+
+
+@register("Tile")
+def tile(emit, x, *, repeats):
+    if len(repeats) != x.ty.ndim:
+        raise LoweringError(f"repeat has {len(repeats)} entries; expected {x.ty.ndim} for {x.ty}")
+    return R.tile(x, list(repeats))
+
+
+@register("TileDynamic")
+def tile_dynamic(emit, x, repeat):
+    rank = x.ty.ndim
+    check_vector(repeat, "repeat", rank)
+    repeats = _runtime_dims(emit, repeat, "repeat")
+    dims = [d * r for d, r in zip(x.ty.shape.values, repeats)]
+    return emit.te(topi.dyn_tile, x, dims, rank)

@@ -1,0 +1,274 @@
+"""ONNX models as ODLA computations.
+
+``import_model`` reads an ONNX model (a path, bytes or a ModelProto; opsets 7 and later) and
+builds it through the public ODLA op API only, as HALO's generated code does: initializers
+become constants, graph inputs become arguments (symbolic dims become dynamic, -1), and
+values keep their ONNX names as ids. Each ONNX op type has one small converter in
+``onnx_converters`` (one module per ODLA op header), chosen by the model's opset.
+
+A node whose inputs are all known when the model is imported (initializers, Constant
+nodes and what is computed from them, such as shape arithmetic) is evaluated once by
+onnx's reference implementation and becomes an ODLA constant, as HALO folds constants
+before it emits ODLA calls. Everything else runs as compiled ODLA ops.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from .. import computation as _computation
+from ..computation import Computation, Value, ValueKind
+from ..ops.process import cast
+from ..types import OdlaError, Status, ValueType, element_type_of
+from .onnx_converters.registry import (
+    InputDataNeeded,
+    Node,
+    Unsupported,
+    element_type,
+    find_converter,
+)
+
+logger = logging.getLogger(__name__)
+
+MIN_OPSET = 7
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# Ops whose results differ from run to run must not be folded into constants.
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                     "Multinomial", "Bernoulli", "Dropout"}
+
+
+def load_model(model) -> onnx.ModelProto:
+    """``model`` (a path, bytes or ModelProto) as a checked ModelProto with its local
+    functions inlined; a missing, malformed or truncated model raises OdlaError."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(model), "the model bytes")
+    else:
+        try:
+            path = os.fspath(model)
+        except TypeError:
+            raise OdlaError(Status.INVALID_PARAM, f"model is a {type(model).__name__}; expected "
+                            "an ONNX file path, bytes or an onnx.ModelProto") from None
+        if not os.path.isfile(path):
+            raise OdlaError(Status.FILE_NOT_EXIST, f"ONNX model file {path!r} does not exist")
+        try:
+            proto = onnx.load(path)
+        except (DecodeError, ValueError, RuntimeError, OSError) as err:
+            raise OdlaError(Status.INVALID_PARAM, f"{path!r} is not a readable ONNX model "
+                            f"(malformed or truncated): {err}") from None
+    if not proto.HasField("graph"):
+        raise OdlaError(Status.INVALID_PARAM, "the ONNX model has no graph (empty, malformed or "
+                        "truncated)")
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
+        raise OdlaError(Status.INVALID_PARAM, f"the ONNX model is invalid: {first_line}") from None
+    return onnx.inliner.inline_local_functions(proto) if proto.functions else proto
+
+
+def _parse(blob: bytes, what: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(blob)
+    except (DecodeError, ValueError, RuntimeError) as err:
+        raise OdlaError(Status.INVALID_PARAM, f"{what} are not an ONNX model (malformed or "
+                        f"truncated): {err}") from None
+    return proto
+
+
+def model_opset(proto: onnx.ModelProto) -> int:
+    """The model's default-domain opset (the newest onnx knows for a model of other domains)."""
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    opset = max(versions) if versions else onnx.defs.onnx_opset_version()
+    if opset < MIN_OPSET:
+        raise OdlaError(Status.UNSUPPORTED_OP, f"the ONNX model uses opset {opset}; expected "
+                        f"opset {MIN_OPSET} or later (upgrade it with onnx.version_converter)")
+    return opset
+
+
+def _op_key(node: onnx.NodeProto) -> str:
+    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and of every subgraph in it (If branches, Loop bodies...)."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+                yield from _all_nodes(subgraph)
+
+
+def unsupported_ops(proto: onnx.ModelProto, opset: int) -> collections.Counter:
+    """How often each op type without a converter occurs in the model."""
+    missing = collections.Counter()
+    for node in _all_nodes(proto.graph):
+        default_domain = node.domain in DEFAULT_DOMAINS
+        if not default_domain or find_converter(node.op_type, opset) is None:
+            missing[_op_key(node)] += 1
+    return missing
+
+
+def check_supported(proto: onnx.ModelProto, opset: int) -> None:
+    """One UNSUPPORTED_OP error naming every op type without a converter and its count."""
+    missing = unsupported_ops(proto, opset)
+    if missing:
+        listing = ", ".join(f"{op} ({count})" for op, count in sorted(missing.items()))
+        raise OdlaError(Status.UNSUPPORTED_OP, f"the ONNX model (opset {opset}) uses "
+                        f"{sum(missing.values())} nodes of {len(missing)} op types that ODLA "
+                        f"cannot express: {listing}")
+
+
+def import_model(model, input_data: dict | None = None) -> Computation:
+    """An ONNX model as a new ODLA computation (made the thread's current one); its outputs
+    are the graph outputs in order, each with its ONNX name as value id.
+
+    ``input_data`` maps graph inputs to data they are fixed to: they become constants. A
+    model that uses a graph input where ODLA needs data at import (a reshape's target,
+    reduction axes...) raises InputDataNeeded naming it; the ONNX backend then imports the
+    model again with that input's data from the run."""
+    proto = load_model(model)
+    opset = model_opset(proto)
+    check_supported(proto, opset)
+    comp = _computation.create_computation()
+    try:
+        with comp:
+            _Importer(proto, opset, input_data or {}).run()
+    except BaseException:
+        _computation.destroy_computation(comp)
+        raise
+    comp.make_current()
+    return comp
+
+
+class _Importer:
+    def __init__(self, proto: onnx.ModelProto, opset: int, input_data: dict):
+        self.proto = proto
+        self.graph = proto.graph
+        self.opset = opset
+        self.input_data = input_data
+        self.values: dict[str, Value] = {}
+
+    def run(self) -> None:
+        initializers = {t.name for t in self.graph.initializer}
+        for tensor in self.graph.initializer:
+            self.values[tensor.name] = self._constant(numpy_helper.to_array(tensor), tensor.name)
+        for info in self.graph.input:
+            if info.name in self.input_data:
+                self.values[info.name] = self._input_constant(info)
+            elif info.name not in initializers:
+                self.values[info.name] = _computation.create_argument(_input_type(info),
+                                                                      info.name)
+        for node in self.graph.node:
+            self._convert(node)
+        outputs = [self._output(info.name) for info in self.graph.output]
+        for value in outputs:
+            _computation.set_value_as_output(value)
+
+    @staticmethod
+    def _constant(array: np.ndarray, value_id: str | None) -> Value:
+        try:
+            etype = element_type_of(array.dtype)
+        except OdlaError:
+            raise OdlaError(Status.UNSUPPORTED_DATATYPE, f"constant {value_id!r} has dtype "
+                            f"{array.dtype}, which ODLA cannot hold") from None
+        return _computation.create_constant(ValueType(etype, array.shape), array, value_id)
+
+    def _input_constant(self, info: onnx.ValueInfoProto) -> Value:
+        declared = _input_type(info)
+        data = np.asarray(self.input_data[info.name])
+        if data.dtype != declared.dtype or not declared.shape.matches(data.shape):
+            raise OdlaError(Status.INVALID_PARAM, f"data for graph input {info.name!r} is "
+                            f"{data.dtype}{list(data.shape)}; expected {declared.dtype}"
+                            f"{list(declared.shape.dims)} (-1: any size)")
+        return self._constant(data, info.name)
+
+    def _output(self, name: str) -> Value:
+        """The value of graph output ``name`` under that id: an input, a constant or a value
+        that is already an output is copied by a cast to its own type."""
+        value = self.values[name]
+        if value.id != name or value.kind is not ValueKind.RESULT:
+            value = cast(value, value.element_type, self._free_id(name))
+        return value
+
+    def _free_id(self, name: str) -> str | None:
+        try:
+            _computation.find_value_by_id(name)
+        except OdlaError:
+            return name
+        return None
+
+    def _operand(self, name: str) -> Value | None:
+        if not name:
+            return None
+        if name not in self.values:
+            raise OdlaError(Status.INVALID_PARAM, f"ONNX value {name!r} is used before any node "
+                            "or input defines it")
+        return self.values[name]
+
+    def _convert(self, proto: onnx.NodeProto) -> None:
+        inputs = [self._operand(name) for name in proto.input]
+        label = f"ONNX node {proto.name or proto.output[0]!r} ({proto.op_type})"
+        results = self._fold(proto, inputs)
+        if results is None:
+            node = Node(proto, inputs, self.opset, _constant_data)
+            convert = find_converter(proto.op_type, self.opset)
+            try:
+                results = convert(node)
+            except InputDataNeeded as err:
+                raise InputDataNeeded(err.input_id, f"{label}: {err.message}") from None
+            except OdlaError as err:
+                raise OdlaError(err.status, f"{label}: {err.message}") from err
+            except (ValueError, TypeError, KeyError, IndexError) as err:
+                raise OdlaError(Status.INTERNAL_LOGIC_ERR,
+                                f"{label}: converting failed: {type(err).__name__}: {err}") from err
+        results = results if isinstance(results, (list, tuple)) else [results]
+        for name, value in zip(proto.output, results):
+            if name:
+                if value is None:
+                    raise Unsupported(f"{label}: output {name!r} cannot be produced")
+                self.values[name] = value
+
+    def _fold(self, proto: onnx.NodeProto, inputs: list) -> list[Value] | None:
+        """The node's outputs as constants when its inputs are all constants; else None."""
+        present = [v for v in inputs if v is not None]
+        if (not present or proto.op_type in _NONDETERMINISTIC
+                or any(_constant_data(v) is None for v in present)
+                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                       for a in proto.attribute)):
+            return None
+        feeds = {name: _constant_data(v) for name, v in zip(proto.input, inputs) if v is not None}
+        try:
+            arrays = ReferenceEvaluator(proto, opsets={"": self.opset}).run(None, feeds)
+            return [self._constant(np.asarray(a), self._free_id(name)) if name else None
+                    for name, a in zip(proto.output, arrays)]
+        except OdlaError:
+            return None
+        except Exception as err:  # noqa: BLE001 (the reference may lack the op or this case)
+            logger.debug("not folding %s %s: %s", proto.op_type, proto.name, err)
+            return None
+
+
+def _constant_data(value: Value) -> np.ndarray | None:
+    return value.data if value.kind is ValueKind.CONSTANT else None
+
+
+def _input_type(info: onnx.ValueInfoProto) -> ValueType:
+    if not info.type.HasField("tensor_type"):
+        kind = info.type.WhichOneof("value") or "unknown"
+        raise Unsupported(f"graph input {info.name!r} is a {kind}; ODLA arguments are tensors")
+    tensor = info.type.tensor_type
+    if not tensor.HasField("shape"):
+        raise Unsupported(f"graph input {info.name!r} has no known rank; ODLA needs one")
+    dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+    return ValueType(element_type(tensor.elem_type), dims)

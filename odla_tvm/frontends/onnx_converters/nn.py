@@ -1,0 +1,466 @@
+"""Converters of ONNX ops that map to ODLA's nn ops (odla_ops_nn.h)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import odla_tvm as odla
+from odla_tvm import ElementType as E
+from odla_tvm import MemoryLayout as L
+from odla_tvm import ValueType as VT
+
+from .registry import Node, constant, converter, dims, rank, scalar, static_dims
+
+CF = L.CHANNELS_FIRST
+
+
+# -- windows: convolution and pooling ----------------------------------------------------------
+
+def _window_padding(node: Node, x, kernel, strides, dilations):
+    """(front, back) paddings per spatial dim from ``pads`` or ``auto_pad``."""
+    spatial = len(kernel)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if auto_pad == "VALID":
+        return [0] * spatial, [0] * spatial
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = static_dims(node, x)[2:]
+        totals = [max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
+                  for n, k, s, d in zip(sizes, kernel, strides, dilations)]
+        small = [t // 2 for t in totals]
+        large = [t - h for t, h in zip(totals, small)]
+        return (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    pads = node.attr("pads") or [0] * (2 * spatial)
+    return list(pads[:spatial]), list(pads[spatial:])
+
+
+def _window(node: Node, x, kernel_dims):
+    spatial = rank(x) - 2
+    kernel = list(node.attr("kernel_shape") or kernel_dims)
+    strides = list(node.attr("strides") or [1] * spatial)
+    dilations = list(node.attr("dilations") or [1] * spatial)
+    front, back = _window_padding(node, x, kernel, strides, dilations)
+    return kernel, strides, dilations, front, back
+
+
+@converter("Conv")
+def conv(node: Node):
+    x, w, b = node.input(0), node.input(1), node.input(2)
+    _, strides, dilations, front, back = _window(node, x, dims(w)[2:])
+    return odla.conv(x, CF, node.attr("group"), w, L.OIS, strides, dilations, front, back,
+                     bias=b, value_id=node.id)
+
+
+@converter("ConvTranspose")
+def conv_transpose(node: Node):
+    x, w, b = node.input(0), node.input(1), node.input(2)
+    group = node.attr("group")
+    spatial = rank(x) - 2
+    kernel = list(node.attr("kernel_shape") or dims(w)[2:])
+    strides = list(node.attr("strides") or [1] * spatial)
+    dilations = list(node.attr("dilations") or [1] * spatial)
+    extra = list(node.attr("output_padding") or [0] * spatial)
+    output_shape = node.attr("output_shape")
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    sizes = dims(x)[2:]
+    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = static_dims(node, x)[2:]
+        wanted = list(output_shape)[-spatial:] if output_shape else [n * s for n, s in
+                                                                     zip(sizes, strides)]
+        totals = [s * (n - 1) + e + (k - 1) * d + 1 - o
+                  for n, s, e, k, d, o in zip(sizes, strides, extra, kernel, dilations, wanted)]
+        if auto_pad == "SAME_UPPER":
+            front = [t // 2 for t in totals]
+        else:
+            front = [t - t // 2 for t in totals]
+        back = [t - f for t, f in zip(totals, front)]
+    else:
+        front, back = _window_padding(node, x, kernel, strides, dilations)
+    output_dims = None
+    if any(extra) or any(p < 0 for p in front + back):
+        if any(p < 0 for p in front + back):
+            raise node.unsupported(f"paddings {front}, {back} are negative")
+        natural = [s * (n - 1) + (k - 1) * d + 1 - f - bk for n, s, k, d, f, bk in
+                   zip(static_dims(node, x)[2:], strides, kernel, dilations, front, back)]
+        output_dims = [dims(x)[0], dims(w)[1] * group] + [n + e for n, e in zip(natural, extra)]
+    return odla.de_conv(x, CF, group, w, L.IOS, strides, dilations, front, back, bias=b,
+                        output_dims=output_dims, value_id=node.id)
+
+
+def _ceil_mode_padding(node: Node, x, kernel, strides, dilations, front, back):
+    """Back paddings grown so that a window covers the input's tail (ONNX ceil_mode)."""
+    if not node.attr("ceil_mode", 0):
+        return back
+    grown = []
+    for n, k, s, d, f, b in zip(static_dims(node, x)[2:], kernel, strides, dilations, front, back):
+        extent = (k - 1) * d + 1
+        count = math.ceil((n + f + b - extent) / s) + 1
+        if (count - 1) * s >= n + f:  # the last window would start in the padding
+            count -= 1
+        grown.append(b + max((count - 1) * s + extent - (n + f + b), 0))
+    return grown
+
+
+def _pool_window(node: Node):
+    x = node.input(0)
+    kernel, strides, dilations, front, back = _window(node, x, None)
+    if any(d != 1 for d in dilations):
+        raise node.unsupported(f"dilations {dilations}; ODLA pools have none")
+    return x, kernel, strides, front, _ceil_mode_padding(node, x, kernel, strides, dilations,
+                                                          front, back), back
+
+
+@converter("MaxPool")
+def max_pool(node: Node):
+    if node.wants(1):
+        raise node.unsupported("the Indices output; ODLA's MaxPool returns values only")
+    x, kernel, strides, front, back, _ = _pool_window(node)
+    return odla.max_pool(x, CF, kernel, strides, front, back, value_id=node.id)
+
+
+@converter("AveragePool")
+def average_pool(node: Node):
+    x, kernel, strides, front, back, declared_back = _pool_window(node)
+    include = bool(node.attr("count_include_pad", 0))
+    if include and back != declared_back:
+        raise node.unsupported("ceil_mode with count_include_pad; ODLA would count the "
+                               "window's overhang as padding")
+    return odla.average_pool(x, CF, kernel, strides, front, back, include, value_id=node.id)
+
+
+@converter("LpPool")
+def lp_pool(node: Node):
+    x, kernel, strides, front, back, declared_back = _pool_window(node)
+    if back != declared_back:
+        raise node.unsupported("ceil_mode; ODLA would count the window's overhang")
+    p = float(node.attr("p"))
+    powered = odla.pow(odla.abs(x), scalar(x, p))
+    window_sum = odla.mul(odla.average_pool(powered, CF, kernel, strides, front, back, True),
+                          scalar(x, float(np.prod(kernel))))
+    return odla.pow(window_sum, scalar(x, 1.0 / p), value_id=node.id)
+
+
+def _global_pool(op):
+    def convert(node: Node):
+        x = node.input(0)
+        axes = list(range(2, rank(x)))
+        return op(x, len(axes), axes, True, value_id=node.id)
+
+    return convert
+
+
+converter("GlobalAveragePool")(_global_pool(odla.reduce_mean))
+converter("GlobalMaxPool")(_global_pool(odla.reduce_max))
+
+
+@converter("MaxRoiPool")
+def max_roi_pool(node: Node):
+    x, rois = node.inputs
+    height, width = node.attr("pooled_shape")
+    output_dim = (dims(rois)[0], dims(x)[1], height, width)
+    return odla.roi_max_pool(x, CF, rois, height, width, node.attr("spatial_scale"), output_dim,
+                             value_id=node.id)
+
+
+@converter("RoiAlign")
+def roi_align(node: Node):
+    x, rois, batch_indices = node.inputs
+    batch_column = odla.reshape(odla.cast(batch_indices, rois.element_type), (-1, 1))
+    rois_with_batch = odla.concat([batch_column, rois], 1)
+    height, width = node.attr("output_height"), node.attr("output_width")
+    output_dim = (dims(rois)[0], dims(x)[1], height, width)
+    return odla.roi_align(x, CF, rois_with_batch, node.attr("sampling_ratio"),
+                          node.attr("spatial_scale"), output_dim, value_id=node.id,
+                          mode=node.attr("mode"),
+                          half_pixel=node.attr("coordinate_transformation_mode") == "half_pixel")
+
+
+# -- activations -------------------------------------------------------------------------------
+
+def _activation(op, *attr_names):
+    def convert(node: Node):
+        return op(node.input(0), *(node.attr(a) for a in attr_names), value_id=node.id)
+
+    return convert
+
+
+for _op_type, _op, _attrs in (
+    ("Relu", odla.relu, ()), ("Sigmoid", odla.sigmoid, ()), ("Softplus", odla.softplus, ()),
+    ("Softsign", odla.softsign, ()), ("HardSwish", odla.hard_swish, ()),
+    ("Elu", odla.elu, ("alpha",)), ("Celu", odla.celu, ("alpha",)),
+    ("LeakyRelu", odla.leaky_relu, ("alpha",)), ("ThresholdedRelu", odla.thresholded_relu, ("alpha",)),
+    ("Selu", odla.selu, ("alpha", "gamma")), ("HardSigmoid", odla.hard_sigmoid, ("alpha", "beta")),
+    ("Shrink", odla.shrink, ("bias", "lambd")), ("Swish", odla.swish, ("alpha",)),
+):
+    converter(_op_type)(_activation(_op, *_attrs))
+
+
+@converter("Gelu")
+def gelu(node: Node):
+    return odla.gelu(node.input(0), node.attr("approximate") == "tanh", value_id=node.id)
+
+
+@converter("PRelu")
+def prelu(node: Node):
+    return odla.prelu(node.input(0), node.input(1), value_id=node.id)
+
+
+@converter("Mish")
+def mish(node: Node):
+    x = node.input(0)
+    return odla.mul(x, odla.tanh(odla.softplus(x)), value_id=node.id)
+
+
+def _softmax_like(op):
+    """Softmax, LogSoftmax and Hardmax: before opset 13 over the input coerced to 2-d at
+    ``axis``, from 13 on along ``axis``."""
+    def convert(node: Node):
+        x = node.input(0)
+        axis = node.attr("axis") % max(rank(x), 1)
+        if node.opset >= 13 or axis == rank(x) - 1:
+            return op(x, axis, value_id=node.id)
+        shape = static_dims(node, x)
+        flat = odla.reshape(x, (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
+        return odla.reshape(op(flat, 1), shape, value_id=node.id)
+
+    return convert
+
+
+converter("Softmax")(_softmax_like(odla.softmax))
+converter("LogSoftmax")(_softmax_like(odla.log_softmax))
+converter("Hardmax")(_softmax_like(odla.hardmax))
+
+
+# -- normalizations ----------------------------------------------------------------------------
+
+@converter("BatchNormalization")
+def batch_normalization(node: Node):
+    if any(node.wants(i) for i in range(1, len(node.ids))) or node.attr("training_mode", 0):
+        raise node.unsupported("training mode (running statistics outputs); ODLA's "
+                               "BatchNormalization is for inference")
+    if node.opset < 9 and node.attr("spatial", 1) == 0:
+        raise node.unsupported("spatial=0 (per-activation statistics)")
+    x, scale, offset, mean, var = node.inputs[:5]
+    return odla.batch_normalization(x, CF, mean, var, node.attr("epsilon"), scale, offset,
+                                    value_id=node.id)
+
+
+@converter("InstanceNormalization")
+def instance_normalization(node: Node):
+    x, scale, offset = node.inputs
+    return odla.instance_normalization(x, CF, node.attr("epsilon"), scale, offset,
+                                       value_id=node.id)
+
+
+@converter("GroupNormalization")
+def group_normalization(node: Node):
+    x, scale, offset = node.inputs
+    groups = node.attr("num_groups")
+    if node.opset < 21:  # scale and bias per group, not yet per channel
+        repeats = dims(x)[1] // groups
+        scale, offset = (constant(np.repeat(node.array(i), repeats)) for i in (1, 2))
+    return odla.group_normalization(x, CF, groups, node.attr("epsilon"), scale, offset,
+                                    value_id=node.id)
+
+
+@converter("LRN")
+def lrn(node: Node):
+    return odla.lrn(node.input(0), CF, node.attr("size"), node.attr("alpha"), node.attr("beta"),
+                    node.attr("bias"), value_id=node.id)
+
+
+@converter("LpNormalization")
+def lp_normalization(node: Node):
+    return odla.lp_normalize(node.input(0), node.attr("p"), CF, 1, [node.attr("axis")], 0.0,
+                             value_id=node.id)
+
+
+@converter("MeanVarianceNormalization")
+def mean_variance_normalization(node: Node):
+    axes = node.attr("axes")
+    return odla.layer_norm(node.input(0), len(axes), axes, 0.0, value_id=node.id)
+
+
+@converter("LayerNormalization")
+def layer_normalization(node: Node):
+    x, scale, offset = node.input(0), node.input(1), node.input(2)
+    axis = node.attr("axis") % rank(x)
+    axes = list(range(axis, rank(x)))
+    epsilon = node.attr("epsilon")
+    y = odla.layer_norm(x, len(axes), axes, epsilon, scale, offset, value_id=node.id)
+    if not (node.wants(1) or node.wants(2)):
+        return y
+    mean = odla.reduce_mean(x, len(axes), axes, True, value_id=node.ids[1] or None)
+    centered = odla.sub(x, mean)
+    variance = odla.reduce_mean(odla.mul(centered, centered), len(axes), axes, True)
+    inv_std = odla.rsqrt(odla.add(variance, scalar(x, epsilon)),
+                         value_id=node.ids[2] if node.wants(2) else None)
+    return [y, mean, inv_std]
+
+
+@converter("RMSNormalization")
+def rms_normalization(node: Node):
+    x, scale = node.input(0), node.input(1)
+    axis = node.attr("axis") % rank(x)
+    axes = list(range(axis, rank(x)))
+    mean_square = odla.reduce_mean(odla.mul(x, x), len(axes), axes, True)
+    inv_rms = odla.rsqrt(odla.add(mean_square, scalar(x, node.attr("epsilon"))))
+    return odla.mul(odla.mul(x, inv_rms), scale, value_id=node.id)
+
+
+@converter("Dropout")
+def dropout(node: Node):
+    x = node.input(0)
+    training = node.is_constant(2) and bool(node.array(2))
+    if node.input(2) is not None and not node.is_constant(2):
+        raise node.unsupported("training_mode computed at run time")
+    ratio = float(node.array(1)) if node.is_constant(1) else node.attr("ratio", 0.5)
+    if training and ratio != 0:
+        raise node.unsupported("training mode; ODLA has no random dropout")
+    results = [x]
+    if node.wants(1):
+        shape = static_dims(node, x)
+        results.append(constant(np.ones(shape, bool), node.ids[1]))
+    return results
+
+
+# -- selection and detection -------------------------------------------------------------------
+
+@converter("TopK")
+def topk(node: Node):
+    x = node.input(0)
+    k = node.attr("k") if node.opset < 10 else int(node.array(1).reshape(-1)[0])
+    return odla.topk(x, k, node.attr("largest", 1), node.attr("sorted", 1), node.attr("axis"),
+                     x.type, VT(E.INT64, ()), [i or None for i in node.ids][:2])
+
+
+@converter("NonMaxSuppression")
+def non_max_suppression(node: Node):
+    boxes, scores = node.input(0), node.input(1)
+    max_per_class = int(node.array(2, np.zeros(1)).reshape(-1)[0])
+    iou = float(node.array(3, np.zeros(1)).reshape(-1)[0])
+    score = float(node.array(4, np.array([-np.inf])).reshape(-1)[0])
+    if max_per_class == 0:
+        return constant(np.zeros((0, 3), np.int64), node.id)
+    if node.attr("center_point_box"):  # (x center, y center, width, height) to corners
+        center = odla.slice(boxes, (0, 0, 0), (*dims(boxes)[:2], 2), (1, 1, 1))
+        size = odla.slice(boxes, (0, 0, 2), (*dims(boxes)[:2], 4), (1, 1, 1))
+        half = odla.mul(size, scalar(boxes, 0.5))
+        corners = odla.concat([odla.sub(center, half), odla.add(center, half)], 2)
+        boxes = odla.gather(corners, constant(np.array([1, 0, 3, 2], np.int64)), 2)
+    return odla.nms(boxes, scores, max_per_class, iou, score, VT(E.INT64, (-1, 3)),
+                    value_id=node.id)
+
+
+# -- recurrent layers --------------------------------------------------------------------------
+_DIRECTIONS = {"forward": odla.RnnDirection.FORWARD, "reverse": odla.RnnDirection.REVERSE,
+               "bidirectional": odla.RnnDirection.BIDIRECTIONAL}
+_DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
+                        "RNN": ["Tanh"]}
+
+
+def _recurrent(node: Node, build):
+    """Checks what ODLA's recurrent layers cannot express, runs ``build(x, outputs, ids)``
+    on the sequence-major input and brings the results back to the node's layout."""
+    direction = _DIRECTIONS[node.attr("direction")]
+    defaults = _DEFAULT_ACTIVATIONS[node.op_type]
+    activations = [a.decode() for a in node.attr("activations") or ()]
+    if activations and activations != defaults * (len(activations) // len(defaults)):
+        raise node.unsupported(f"activations {activations}; ODLA uses {defaults}")
+    if node.attr("clip") is not None or node.attr("input_forget", 0) or node.attr("activation_alpha"):
+        raise node.unsupported("clip, input_forget or activation parameters")
+    batch_major = node.attr("layout", 0) == 1
+    x = node.input(0)
+    if batch_major:
+        x = odla.transpose(x, (1, 0, 2))
+    state_outputs = [node.wants(i) for i in range(1, len(node.ids))]
+    wanted = odla.RnnOutputs.HIDDEN_STATE if any(state_outputs) else odla.RnnOutputs.NO_STATE
+    if node.op_type == "LSTM" and len(state_outputs) > 1 and state_outputs[1]:
+        wanted = odla.RnnOutputs.HIDDEN_CELL_STATE
+    results = build(x, direction, wanted)
+    if batch_major:
+        results = [odla.transpose(results[0], (2, 0, 1, 3))] + \
+                  [odla.transpose(r, (1, 0, 2)) for r in results[1:]]
+    return results
+
+
+def _rnn_initial(node: Node, index: int):
+    value = node.input(index)
+    if value is not None and node.attr("layout", 0) == 1:
+        value = odla.transpose(value, (1, 0, 2))
+    return value
+
+
+@converter("LSTM")
+def lstm(node: Node):
+    w, r = node.input(1), node.input(2)
+    return _recurrent(node, lambda x, direction, outputs: odla.lstm(
+        x, odla.RnnWeightFormat.LDGOI, odla.RnnGateOrder.IOFC, dims(w), w, r, node.input(3),
+        node.input(4), _rnn_initial(node, 5), _rnn_initial(node, 6), node.input(7),
+        node.attr("hidden_size"), direction, outputs))
+
+
+@converter("GRU")
+def gru(node: Node):
+    w, r = node.input(1), node.input(2)
+    return _recurrent(node, lambda x, direction, outputs: odla.gru(
+        x, odla.RnnWeightFormat.LDGOI, odla.RnnGateOrder.URO, dims(w), w, r, node.input(3),
+        node.input(4), _rnn_initial(node, 5), node.attr("hidden_size"), direction,
+        node.attr("linear_before_reset", 0), outputs))
+
+
+@converter("RNN")
+def rnn(node: Node):
+    w, r = node.input(1), node.input(2)
+    return _recurrent(node, lambda x, direction, outputs: odla.rnn(
+        x, odla.RnnWeightFormat.LDGOI, dims(w), w, r, node.input(3), node.input(4),
+        _rnn_initial(node, 5), node.attr("hidden_size"), direction, outputs))
+
+
+# -- text --------------------------------------------------------------------------------------
+_TFIDF_MODES = {"TF": odla.TfIdfMode.TF, "IDF": odla.TfIdfMode.IDF, "TFIDF": odla.TfIdfMode.TFIDF}
+
+
+@converter("TfIdfVectorizer")
+def tfidf_vectorizer(node: Node):
+    if node.attr("pool_strings"):
+        raise node.unsupported("pool_strings; ODLA tensors hold no strings")
+
+    x = node.input(0)
+    indices = list(node.attr("ngram_indexes"))
+    weights = node.attr("weights")
+    size = max(indices) + 1
+    output_shape = (dims(x)[0], size) if rank(x) == 2 else (size,)
+    return odla.tfidf_vectorize(
+        x, node.attr("min_gram_length"), node.attr("max_gram_length"),
+        node.attr("max_skip_count"), _TFIDF_MODES[node.attr("mode")],
+        constant(np.int64(node.attr("pool_int64s"))), constant(np.int64(node.attr("ngram_counts"))),
+        constant(np.int64(indices)), constant(np.float32(weights)) if weights else None,
+        output_shape, value_id=node.id)
+
+
+# -- losses ------------------------------------------------------------------------------------
+_REDUCTIONS = {"none": odla.ReductionMode.NONE, "mean": odla.ReductionMode.MEAN,
+               "sum": odla.ReductionMode.SUM}
+# A label no class has: ONNX's "no ignore_index".
+_NO_IGNORED_LABEL = np.iinfo(np.int32).min
+
+
+def _negative_log_likelihood(node: Node, log_probabilities, value_id):
+    ignored = node.attr("ignore_index")
+    return odla.negative_log_likeli_hood_loss(
+        log_probabilities, node.input(1), _NO_IGNORED_LABEL if ignored is None else ignored,
+        _REDUCTIONS[node.attr("reduction")], node.input(2), value_id=value_id)
+
+
+@converter("NegativeLogLikelihoodLoss")
+def negative_log_likelihood_loss(node: Node):
+    return _negative_log_likelihood(node, node.input(0), node.id)
+
+
+@converter("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy_loss(node: Node):
+    log_probabilities = odla.log_softmax(node.input(0), 1,
+                                         value_id=node.ids[1] if node.wants(1) else None)
+    return [_negative_log_likelihood(node, log_probabilities, node.id), log_probabilities]

@@ -1,0 +1,394 @@
+"""Converters of ONNX ops that map to ODLA's process ops (odla_ops_process.h) and of the ONNX
+ops that only name or produce data (Constant, Identity, Shape...)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+import odla_tvm as odla
+
+from ...types import numpy_dtype
+from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
+
+
+# -- data and names ----------------------------------------------------------------------------
+
+@converter("Constant")
+def constant_node(node: Node):
+    attrs = node.attrs
+    if "value" in attrs:
+        return constant(numpy_helper.to_array(attrs["value"]), node.id)
+    for name, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                        ("value_int", np.int64), ("value_ints", np.int64)):
+        if name in attrs:
+            return constant(np.asarray(attrs[name], dtype), node.id)
+    raise node.unsupported(f"a {', '.join(attrs)} value; ODLA constants are numeric tensors")
+
+
+@converter("Identity")
+def identity(node: Node):
+    return node.input(0)
+
+
+@converter("ConstantOfShape")
+def constant_of_shape(node: Node):
+    value = node.attr("value")
+    fill = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+    shape = [int(d) for d in node.array(0)]
+    return constant(np.full(shape, fill.reshape(-1)[0], fill.dtype), node.id)
+
+
+@converter("EyeLike")
+def eye_like(node: Node):
+    x = node.input(0)
+    dtype = x.type.dtype if node.attr("dtype") is None else \
+        numpy_dtype(element_type(node.attr("dtype")))
+    rows, cols = static_dims(node, x)
+    return constant(np.eye(rows, cols, node.attr("k", 0), dtype), node.id)
+
+
+@converter("Shape")
+def shape(node: Node):
+    x = node.input(0)
+    start, end = node.attr("start", 0), node.attr("end", rank(x))
+    wanted = dims(x)[slice(start, end)]
+    if -1 in wanted:
+        full = odla.shape(x, (rank(x),))
+        count = len(range(*slice(start, end).indices(rank(x))))
+        return odla.slice(full, (start % max(rank(x), 1),), (start % max(rank(x), 1) + count,),
+                          (1,), value_id=node.id)
+    return constant(np.asarray(wanted, np.int64), node.id)
+
+
+@converter("Size")
+def size(node: Node):
+    return constant(np.int64(np.prod(static_dims(node, node.input(0)))), node.id)
+
+
+@converter("Range")
+def range_(node: Node):
+    # Ranges of constants are folded before converters run; others have no ODLA op.
+    raise node.unsupported("start, limit or delta computed at run time")
+
+
+# -- element types -----------------------------------------------------------------------------
+
+@converter("Cast")
+def cast(node: Node):
+    return odla.cast(node.input(0), element_type(node.attr("to")), value_id=node.id)
+
+
+@converter("CastLike")
+def cast_like(node: Node):
+    return odla.cast(node.input(0), node.input(1).element_type, value_id=node.id)
+
+
+# -- shapes ------------------------------------------------------------------------------------
+
+def _reshaped_dims(node: Node, x, target):
+    """ONNX Reshape's target dims: 0 copies the input dim (unless allowzero), -1 is inferred."""
+    allow_zero = node.attr("allowzero", 0)
+    result = [dims(x)[i] if d == 0 and not allow_zero else d for i, d in enumerate(target)]
+    if result.count(-1) > 1:
+        raise node.unsupported(f"target {list(target)} of input {dims(x)} leaves several dims "
+                               "unknown")
+    return result
+
+
+@converter("Reshape", since=5)
+def reshape(node: Node):
+    x = node.input(0)
+    if not node.is_constant(1):
+        return odla.reshape_dynamic(x, node.input(1), value_id=node.id)
+    return odla.reshape(x, _reshaped_dims(node, x, node.ints(1)), value_id=node.id)
+
+
+@converter("Reshape")
+def reshape_v1(node: Node):
+    x = node.input(0)
+    return odla.reshape(x, _reshaped_dims(node, x, node.attr("shape")), value_id=node.id)
+
+
+@converter("Flatten")
+def flatten(node: Node):
+    x = node.input(0)
+    axis = node.attr("axis")
+    axis += rank(x) if axis < 0 else 0
+    outer, inner = dims(x)[:axis], dims(x)[axis:]
+    if -1 in outer and -1 in inner:
+        raise node.unsupported(f"input {dims(x)} has dynamic dims on both sides of axis {axis}")
+    sizes = [-1 if -1 in part else int(np.prod(part)) for part in (outer, inner)]
+    return odla.reshape(x, sizes, value_id=node.id)
+
+
+def _axes(node: Node, since: int) -> list[int]:
+    return node.ints(1) if node.opset >= since else node.attr("axes")
+
+
+@converter("Squeeze")
+def squeeze(node: Node):
+    x = node.input(0)
+    axes = [a % rank(x) for a in _axes(node, 13) or []]
+    return odla.squeeze(x, len(axes), axes, value_id=node.id)
+
+
+@converter("Unsqueeze")
+def unsqueeze(node: Node):
+    x = node.input(0)
+    out_rank = rank(x) + len(_axes(node, 13))
+    axes = sorted(a % out_rank for a in _axes(node, 13))
+    remaining = iter(dims(x))
+    target = [1 if i in axes else next(remaining) for i in range(out_rank)]
+    if target.count(-1) > 1:
+        raise node.unsupported(f"input {dims(x)} has several dynamic dims")
+    return odla.reshape(x, target, value_id=node.id)
+
+
+@converter("Transpose")
+def transpose(node: Node):
+    x = node.input(0)
+    perm = node.attr("perm") or list(reversed(range(rank(x))))
+    return odla.transpose(x, perm, value_id=node.id)
+
+
+@converter("Concat")
+def concat(node: Node):
+    values = [v for v in node.inputs if v is not None]
+    return odla.concat(values, node.attr("axis") % rank(values[0]), value_id=node.id)
+
+
+@converter("Expand")
+def expand(node: Node):
+    x = node.input(0)
+    target = node.ints(1)
+    out_rank = max(rank(x), len(target))
+    x_dims = [1] * (out_rank - rank(x)) + list(dims(x))
+    target = [1] * (out_rank - len(target)) + list(target)
+    if -1 in x_dims:
+        raise node.unsupported(f"input {dims(x)} has dynamic dims")
+    out = [t if d == 1 else d for d, t in zip(x_dims, target)]
+    if rank(x) < out_rank:
+        x = odla.reshape(x, x_dims)
+    return odla.expand_dims(x, out, value_id=node.id)
+
+
+@converter("Tile")
+def tile(node: Node):
+    x = node.input(0)
+    if not node.is_constant(1):
+        return odla.tile_dynamic(x, node.input(1), value_id=node.id)
+    return odla.tile(x, node.ints(1), value_id=node.id)
+
+
+@converter("DepthToSpace")
+def depth_to_space(node: Node):
+    x = node.input(0)
+    n, c, h, w = static_dims(node, x)
+    b = node.attr("blocksize")
+    if node.attr("mode") == "DCR":
+        split, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        split, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+    moved = odla.transpose(odla.reshape(x, split), perm)
+    return odla.reshape(moved, (n, c // (b * b), h * b, w * b), value_id=node.id)
+
+
+@converter("SpaceToDepth")
+def space_to_depth(node: Node):
+    x = node.input(0)
+    n, c, h, w = static_dims(node, x)
+    b = node.attr("blocksize")
+    perm = (0, 1, 3, 5, 2, 4) if node.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    moved = odla.transpose(odla.reshape(x, (n, c, h // b, b, w // b, b)), perm)
+    return odla.reshape(moved, (n, c * b * b, h // b, w // b), value_id=node.id)
+
+
+# -- slicing and gathering ---------------------------------------------------------------------
+
+def _slice_per_dim(x, axes, starts, ends, steps):
+    """Start, end and stride for every dim of ``x``, unsliced dims taken whole."""
+    start, end, stride = [0] * rank(x), [INT_MAX] * rank(x), [1] * rank(x)
+    for axis, s, e, step in zip(axes, starts, ends, steps):
+        start[axis % rank(x)], end[axis % rank(x)], stride[axis % rank(x)] = s, e, step
+    return start, end, stride
+
+
+@converter("Slice", since=10)
+def slice_(node: Node):
+    x = node.input(0)
+    starts, ends = node.ints(1), node.ints(2)
+    axes = node.ints(3, default=list(range(len(starts))))
+    steps = node.ints(4, default=[1] * len(starts))
+    return odla.slice(x, *_slice_per_dim(x, axes, starts, ends, steps), value_id=node.id)
+
+
+@converter("Slice")
+def slice_v1(node: Node):
+    x = node.input(0)
+    starts, ends = node.attr("starts"), node.attr("ends")
+    axes = node.attr("axes") or list(range(len(starts)))
+    return odla.slice(x, *_slice_per_dim(x, axes, starts, ends, [1] * len(starts)),
+                      value_id=node.id)
+
+
+@converter("Split")
+def split(node: Node):
+    x = node.input(0)
+    axis = node.attr("axis") % rank(x)
+    size = static_dims(node, x)[axis]
+    sizes = node.ints(1, "split") if node.opset >= 13 else node.attr("split")
+    if not sizes:
+        count = node.attr("num_outputs") or len(node.ids)
+        chunk = -(-size // count)  # the last part may be smaller
+        sizes = [min(chunk, size - i * chunk) for i in range(count)]
+    offsets = np.cumsum([0] + list(sizes))
+    results = []
+    for i, (begin, end) in enumerate(zip(offsets, offsets[1:])):
+        start, stop, stride = [0] * rank(x), list(dims(x)), [1] * rank(x)
+        start[axis], stop[axis] = int(begin), int(end)
+        stop = [INT_MAX if d == -1 else d for d in stop]
+        results.append(odla.slice(x, start, stop, stride, value_id=node.ids[i] or None))
+    return results
+
+
+@converter("Gather")
+def gather(node: Node):
+    x = node.input(0)
+    return odla.gather(x, node.input(1), node.attr("axis") % rank(x), value_id=node.id)
+
+
+@converter("GatherElements")
+def gather_elements(node: Node):
+    x = node.input(0)
+    return odla.gather_elements(x, node.input(1), node.attr("axis") % rank(x), value_id=node.id)
+
+
+@converter("GatherND")
+def gather_nd(node: Node):
+    return odla.gather_nd(node.input(0), node.input(1), node.attr("batch_dims", 0),
+                          value_id=node.id)
+
+
+@converter("Compress")
+def compress(node: Node):
+    x = node.input(0)
+    axis = node.attr("axis")
+    if axis is None:  # compress the flattened input
+        x = odla.reshape(x, (-1,))
+        axis = 0
+    return odla.compress(x, node.input(1), axis % rank(x), value_id=node.id)
+
+
+@converter("OneHot")
+def one_hot(node: Node):
+    indices = node.input(0)
+    depth = int(node.array(1).reshape(-1)[0])
+    return odla.one_hot(indices, depth, node.input(2), node.attr("axis"), value_id=node.id)
+
+
+@converter("Trilu")
+def trilu(node: Node):
+    x = node.input(0)
+    k = int(node.array(1, np.zeros(1)).reshape(-1)[0])
+    rows, cols = static_dims(node, x)[-2:]
+    keep = np.triu if node.attr("upper") else np.tril
+    mask = keep(np.ones((rows, cols), bool), k)
+    zero = constant(np.zeros((), x.type.dtype))
+    return odla.select(constant(mask), x, zero, value_id=node.id)
+
+
+# -- padding -----------------------------------------------------------------------------------
+
+@converter("Pad", since=11)
+def pad(node: Node):
+    x = node.input(0)
+    pads = node.ints(1)
+    value = node.array(2, np.zeros((), x.type.dtype)).reshape(-1)
+    axes = node.ints(3, default=list(range(rank(x))))
+    return _pad(node, x, pads, axes, value[0] if value.size else 0)
+
+
+@converter("Pad")
+def pad_v2(node: Node):
+    x = node.input(0)
+    return _pad(node, x, node.attr("pads"), list(range(rank(x))), node.attr("value", 0.0))
+
+
+def _pad(node: Node, x, pads, axes, fill):
+    mode = node.attr("mode", "constant")
+    if mode != "constant":
+        raise node.unsupported(f"mode {mode!r}; ODLA pads with zeros")
+    front, back = [0] * rank(x), [0] * rank(x)
+    for axis, f, b in zip(axes, pads[:len(axes)], pads[len(axes):]):
+        front[axis % rank(x)], back[axis % rank(x)] = f, b
+    if any(p < 0 for p in front + back):  # negative padding crops
+        x = odla.slice(x, [max(-f, 0) for f in front],
+                       [(-b if b < 0 else INT_MAX) for b in back], [1] * rank(x))
+        front, back = [max(f, 0) for f in front], [max(b, 0) for b in back]
+    if fill == 0:
+        return odla.pad(x, front, back, value_id=node.id)
+    # Zero padding of x - fill, shifted back: the pad value lands where the zeros were.
+    shift = constant(np.asarray(fill, x.type.dtype))
+    return odla.add(odla.pad(odla.sub(x, shift), front, back), shift, value_id=node.id)
+
+
+# -- resizing ----------------------------------------------------------------------------------
+_INTERPOLATIONS = {"nearest": odla.InterpolationMode.NEAREST,
+                   "linear": odla.InterpolationMode.LINEAR, "cubic": odla.InterpolationMode.CUBIC}
+
+
+def _resized_dims(node: Node, x, scales, sizes, axes):
+    """Output dims from ``scales`` or ``sizes`` over ``axes``, as ONNX Resize computes them."""
+    in_dims = static_dims(node, x)
+    out = list(in_dims)
+    if sizes is not None:
+        policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            for axis, s in zip(axes, sizes):
+                out[axis] = int(s)
+        else:
+            ratios = [s / in_dims[a] for a, s in zip(axes, sizes)]
+            ratio = min(ratios) if policy == "not_larger" else max(ratios)
+            for axis in axes:
+                out[axis] = int(np.floor(in_dims[axis] * ratio + 0.5))
+    else:
+        for axis, scale in zip(axes, scales):
+            out[axis] = int(np.floor(in_dims[axis] * float(scale)))
+    return out
+
+
+def _resize(node: Node, x, scales, sizes, axes, coordinate_mode, nearest_mode):
+    if coordinate_mode == "tf_crop_and_resize":
+        raise node.unsupported("tf_crop_and_resize; ODLA resizes whole axes")
+    if node.attr("antialias", 0):
+        raise node.unsupported("antialias")
+    out = _resized_dims(node, x, scales, sizes, axes)
+    return odla.resize(x, _INTERPOLATIONS[node.attr("mode")], coordinate_mode, 0, out,
+                       value_id=node.id, nearest_mode=nearest_mode,
+                       cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
+                       exclude_outside=node.attr("exclude_outside", 0))
+
+
+@converter("Resize", since=11)
+def resize(node: Node):
+    x = node.input(0)
+    axes = [a % rank(x) for a in node.attr("axes") or range(rank(x))]
+    sizes = node.ints(3) if node.input(3) is not None and dims(node.input(3)) != (0,) else None
+    scales = None if sizes is not None else node.array(2).reshape(-1)
+    return _resize(node, x, scales, sizes, axes, node.attr("coordinate_transformation_mode"),
+                   node.attr("nearest_mode"))
+
+
+@converter("Resize", since=10)
+def resize_v10(node: Node):
+    x = node.input(0)
+    return _resize(node, x, node.array(1).reshape(-1), None, range(rank(x)), "asymmetric",
+                   "floor")
+
+
+@converter("Upsample")
+def upsample(node: Node):
+    x = node.input(0)
+    scales = node.attr("scales") if node.opset < 9 else node.array(1).reshape(-1)
+    return _resize(node, x, scales, None, range(rank(x)), "asymmetric", "floor")

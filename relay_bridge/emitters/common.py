@@ -1,0 +1,58 @@
+"""Operand checks and small conversions shared by the lowerings of several op groups."""
+
+from __future__ import annotations
+
+from tvm import relax, tirx
+from tvm.relax import op as R
+
+from ..errors import LoweringError
+
+
+def check_axis(x, axis, allow_end=False):
+    rank = x.ty.ndim + (1 if allow_end else 0)
+    if not -rank <= axis < rank:
+        raise LoweringError(f"axis {axis} out of range for {x.ty}; expected -{rank}..{rank - 1}")
+
+
+def check_same_dtype(*operands):
+    dtypes = [str(x.ty.dtype) for x in operands]
+    if len(set(dtypes)) > 1:
+        raise LoweringError(
+            f"operand element types differ: {', '.join(dtypes)}; expected the same (insert a Cast)"
+        )
+
+
+def check_integer(x, name: str):
+    if not is_integer(x):
+        raise LoweringError(f"{name} is {x.ty.dtype}; expected an integer element type")
+
+
+def check_vector(x, name: str, length=None):
+    """``x`` is 1-D with a static length (``length`` when given): per-dim values like a shape."""
+    dims = x.ty.shape.values
+    if len(dims) != 1 or not isinstance(dims[0], tirx.IntImm) or (
+        length is not None and int(dims[0]) != length
+    ):
+        expected = f"{length} entries" if length is not None else "a static length"
+        raise LoweringError(f"{name} is {x.ty}; expected a 1-D value of {expected}")
+
+
+def is_float(x) -> bool:
+    return str(x.ty.dtype).startswith(("float", "bfloat"))
+
+
+def is_integer(x) -> bool:
+    return str(x.ty.dtype).startswith(("int", "uint"))
+
+
+def as_bool(emit, x):
+    """``x`` as a BOOL tensor, non-zero being true."""
+    if x.ty.dtype == "bool":
+        return x
+    return emit(R.not_equal(x, relax.const(0, str(x.ty.dtype))))
+
+
+def static_dims(x) -> list[int] | None:
+    """The dims of ``x`` as ints, or None when one is known at run time only."""
+    dims = x.ty.shape.values
+    return [int(d) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None

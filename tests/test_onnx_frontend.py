@@ -1,0 +1,223 @@
+"""The ONNX frontend and backend: small models built with onnx.helper, imported through the
+ODLA op API, compiled for the host CPU and compared with onnxruntime; dynamic dims; the
+errors for unsupported ops and malformed files; the onnx.backend interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import odla_tvm as odla
+from odla_tvm import OdlaError, Status
+from odla_tvm.frontends import onnx_backend
+from odla_tvm.frontends.onnx import import_model
+
+ort = pytest.importorskip("onnxruntime")
+
+F = TensorProto.FLOAT
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 10)  # what onnxruntime 1.32 reads
+    onnx.checker.check_model(model)
+    return model
+
+
+def tensor(name, elem_type, shape):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def onnxruntime_outputs(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def assert_like_onnxruntime(model, feeds, rtol=1e-4, atol=1e-5):
+    outputs = onnx_backend.prepare(model).run(feeds)
+    expected = onnxruntime_outputs(model, feeds)
+    assert len(outputs) == len(expected)
+    for out, want in zip(outputs, expected):
+        assert out.dtype == want.dtype and out.shape == want.shape
+        np.testing.assert_allclose(out, want, rtol=rtol, atol=atol)
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- models --------------------------------------------------------------------------------------
+def small_cnn(batch=1):
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["conv"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["conv", "s", "o", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["relu"]),
+        helper.make_node("MaxPool", ["relu"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("LRN", ["pool"], ["lrn"], size=3),
+        helper.make_node("Flatten", ["lrn"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["fc"], transB=1),
+        helper.make_node("Softmax", ["fc"], ["y"], axis=-1),
+    ]
+    inits = [init("w", rand(4, 3, 3, 3, seed=1)), init("b", rand(4, seed=2)),
+             init("s", rand(4, seed=3)), init("o", rand(4, seed=4)), init("m", rand(4, seed=5)),
+             init("v", np.abs(rand(4, seed=6)) + 0.5), init("fc_w", rand(5, 16, seed=7)),
+             init("fc_b", rand(5, seed=8))]
+    return make_model(nodes, [tensor("x", F, [batch, 3, 8, 8])], [tensor("y", F, [batch, 5])],
+                      inits)
+
+
+def test_small_cnn_matches_onnxruntime():
+    assert_like_onnxruntime(small_cnn(2), {"x": rand(2, 3, 8, 8)})
+
+
+def test_values_keep_their_onnx_names_and_initializers_are_constants():
+    comp = import_model(small_cnn())
+    try:
+        assert [v.id for v in comp.args] == ["x"]
+        assert [v.id for v in comp.outputs] == ["y"]
+        assert odla.find_value_by_id("relu", comp).type == odla.ValueType(
+            odla.ElementType.FLOAT32, (1, 4, 4, 4))
+        assert odla.find_value_by_id("w", comp).kind is odla.ValueKind.CONSTANT
+    finally:
+        odla.destroy_computation(comp)
+
+
+def test_symbolic_dims_become_dynamic():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Tanh", ["mm"], ["t"]),
+             helper.make_node("ReduceSum", ["t", "axes"], ["y"], keepdims=0)]
+    model = make_model(nodes, [tensor("x", F, ["batch", "seq", 4])], [tensor("y", F, ["batch"])],
+                       [init("w", rand(4, 3, seed=1)), init("axes", np.array([1, 2]))])
+    session = odla.Session.from_onnx(model)
+    assert session.input_types["x"].shape.dims == (-1, -1, 4)
+    for shape in [(1, 2, 4), (5, 3, 4)]:
+        x = rand(*shape, seed=len(shape))
+        (y,) = session.run({"x": x})
+        np.testing.assert_allclose(y, onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_shape_arithmetic_is_folded_and_reshapes_by_it():
+    """Shape -> Gather -> Concat -> Reshape of a static input becomes a constant target."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+             helper.make_node("Concat", ["batch", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    model = make_model(nodes, [tensor("x", F, [2, 3, 4])], [tensor("y", F, [2, 12])],
+                       [init("zero", np.array([0])), init("minus_one", np.array([-1]))])
+    assert_like_onnxruntime(model, {"x": rand(2, 3, 4)})
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_version_aware_attributes_and_inputs(opset):
+    """Squeeze, Unsqueeze and ReduceSum take axes as attributes before opset 13, as inputs
+    after; Slice takes inputs since opset 10."""
+    axes = {"axes": [1]} if opset < 13 else {}
+    extra = [] if opset < 13 else ["axes"]
+    nodes = [helper.make_node("Unsqueeze", ["x"] + extra, ["u"], **axes),
+             helper.make_node("Slice", ["u", "starts", "ends", "slice_axes", "steps"], ["s"]),
+             helper.make_node("Squeeze", ["s"] + extra, ["y"], **axes)]
+    inits = [init("starts", np.array([3, 0])), init("ends", np.array([-100, 2])),
+             init("slice_axes", np.array([0, 2])), init("steps", np.array([-2, 1]))]
+    if opset >= 13:
+        inits.append(init("axes", np.array([1])))
+    model = make_model(nodes, [tensor("x", F, [5, 4])], [tensor("y", F, [2, 2])], inits, opset)
+    assert_like_onnxruntime(model, {"x": rand(5, 4)})
+
+
+def test_recurrent_and_multi_output_nodes():
+    nodes = [helper.make_node("LSTM", ["x", "w", "r", "b"], ["y", "y_h", "y_c"], hidden_size=3,
+                              direction="bidirectional"),
+             helper.make_node("TopK", ["y_h", "k"], ["values", "indices"], axis=-1)]
+    inits = [init("w", rand(2, 12, 4, seed=1)), init("r", rand(2, 12, 3, seed=2)),
+             init("b", rand(2, 24, seed=3)), init("k", np.array([2]))]
+    outputs = [tensor("y", F, [4, 2, 2, 3]), tensor("y_c", F, [2, 2, 3]),
+               tensor("values", F, [2, 2, 2]), tensor("indices", TensorProto.INT64, [2, 2, 2])]
+    model = make_model(nodes, [tensor("x", F, [4, 2, 4])], outputs, inits)
+    assert_like_onnxruntime(model, {"x": rand(4, 2, 4)})
+
+
+def test_graph_output_that_is_an_input_or_used_twice():
+    nodes = [helper.make_node("Identity", ["x"], ["same"]),
+             helper.make_node("Neg", ["x"], ["neg"]),
+             helper.make_node("Identity", ["neg"], ["neg_again"])]
+    model = make_model(nodes, [tensor("x", F, [3])],
+                       [tensor("same", F, [3]), tensor("neg", F, [3]), tensor("neg_again", F, [3])])
+    assert_like_onnxruntime(model, {"x": rand(3)})
+
+
+# -- errors --------------------------------------------------------------------------------------
+def test_unsupported_ops_are_listed_with_counts_before_compiling():
+    nodes = [helper.make_node("Frobnicate", ["x"], ["a"], domain="com.example"),
+             helper.make_node("Frobnicate", ["a"], ["b"], domain="com.example"),
+             helper.make_node("StringNormalizer", ["b"], ["c"]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [tensor("x", F, [2])], [tensor("y", F, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example", 1)])
+    with pytest.raises(OdlaError) as err:
+        import_model(model)
+    assert err.value.status is Status.UNSUPPORTED_OP
+    assert "3 nodes of 2 op types" in err.value.message
+    assert "StringNormalizer (1), com.example.Frobnicate (2)" in err.value.message
+    assert not onnx_backend.OdlaBackend.is_compatible(model)
+
+
+def test_unsupported_feature_of_a_supported_op_names_the_node():
+    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")],
+                       [tensor("x", F, [4])], [tensor("y", F, [6])], [init("pads", [1, 1])])
+    with pytest.raises(OdlaError, match=r"ONNX node 'y' \(Pad\): Pad: mode 'reflect'"):
+        import_model(model)
+
+
+def test_malformed_truncated_and_missing_files(tmp_path):
+    blob = small_cnn().SerializeToString()
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(blob[: len(blob) // 2])
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\xff\x00 not a model \x12\x34" * 10)
+    for source in (truncated, garbage, blob[:7], b""):
+        with pytest.raises(OdlaError) as err:
+            import_model(source)
+        assert err.value.status is Status.INVALID_PARAM
+        assert "malformed or truncated" in err.value.message or "invalid" in err.value.message
+    with pytest.raises(OdlaError) as err:
+        import_model(tmp_path / "absent.onnx")
+    assert err.value.status is Status.FILE_NOT_EXIST
+    with pytest.raises(OdlaError, match="expected an ONNX file path, bytes or an onnx.ModelProto"):
+        import_model(42)
+
+
+def test_model_file_path_and_bytes(tmp_path):
+    model = small_cnn()
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model, path)
+    x = rand(1, 3, 8, 8)
+    expected = onnxruntime_outputs(model, {"x": x})[0]
+    for source in (str(path), path, model.SerializeToString()):
+        (y,) = odla.Session.from_onnx(source).run({"x": x})
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+# -- the onnx.backend interface ------------------------------------------------------------------
+def test_backend_prepare_run_with_list_dict_and_run_node():
+    model = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
+                       [tensor("a", F, [2, 3]), tensor("b", F, [3])], [tensor("y", F, [2, 3])])
+    a, b = rand(2, 3), rand(3, seed=1)
+    rep = onnx_backend.prepare(model, "CPU")
+    (by_list,) = rep.run([a, b])
+    np.testing.assert_allclose(by_list, a + b)
+    np.testing.assert_allclose(rep.run({"a": a, "b": b}).y, a + b)
+    with pytest.raises(OdlaError, match="1 inputs given; the model takes 2"):
+        rep.run([a])
+    (node_out,) = onnx_backend.run_node(helper.make_node("Mul", ["p", "q"], ["r"]), [a, a])
+    np.testing.assert_allclose(node_out, a * a)
+    assert onnx_backend.supports_device("CPU")
+    assert onnx_backend.OdlaBackend.is_compatible(model)
