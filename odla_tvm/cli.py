@@ -6,18 +6,13 @@ import argparse
 import importlib
 import logging
 import os
-import statistics
 import sys
-import time
-
-import numpy as np
 
 from . import demo
 from .bundle import export as export_bundle
 from .device import allocate_device, available_devices, get_device_info
-from .context import bind_to_argument_by_id, create_context
-from .executable import Executable, compile_computation, launch_executable, load_executable
-from .profiler import retrieve_device_trace, start_device_profiler, stop_device_profiler
+from .executable import Executable, compile_computation, load_executable
+from .profiler import compare_to_unprofiled, profile_executable
 from .types import ODLA_API_VERSION, DeviceInfo, OdlaError, Status
 from .version import __version__
 
@@ -69,41 +64,14 @@ def export(args) -> None:
     print((bundle / "README.txt").read_text())
 
 
-def random_inputs(executable, seed: int = 0) -> dict:
-    """One array per argument of ``executable``, dynamic dims set to 1."""
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for arg in executable.args:
-        shape = tuple(1 if d == -1 else d for d in arg.shape.dims)
-        dtype = arg.type.dtype
-        data = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
-        inputs[arg.id] = data.astype(dtype)
-    return inputs
-
-
 def profile(args) -> None:
     model = load_model(args.model)
     device = allocate_device()
     executable = model if isinstance(model, Executable) else compile_computation(model, device)
-    context = create_context()
-    for value_id, data in random_inputs(executable).items():
-        bind_to_argument_by_id(value_id, data, context)
-    launch_executable(executable, context)  # warm-up
-    plain = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        launch_executable(executable, context)
-        plain.append(time.perf_counter() - start)
-    start_device_profiler(executable.device)
-    for _ in range(args.runs):
-        launch_executable(executable, context)
-    stop_device_profiler(executable.device)
-    trace = retrieve_device_trace(executable.device)
+    trace, plain = profile_executable(executable, args.runs)
     trace.save(args.output)
-    per_run = trace.kernel_time_s / len(trace.runs)
     print(trace.summary(args.top))
-    print(f"unprofiled run: median {statistics.median(plain) * 1e3:.3f} ms; kernels per profiled "
-          f"run: {per_run * 1e3:.3f} ms ({100 * per_run / statistics.median(plain):.1f}%)")
+    print(compare_to_unprofiled(trace, plain))
     print(f"Chrome trace (open in https://ui.perfetto.dev): {args.output}")
 
 

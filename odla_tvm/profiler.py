@@ -11,6 +11,9 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
+from .context import Context
 from .device import Device, checked_device
 from .types import OdlaError, Status
 
@@ -152,3 +155,42 @@ def retrieve_device_trace(device: Device) -> DeviceTrace:
                 "then stop_device_profiler",
             )
         return _finished[device.key]
+
+
+def random_inputs(executable, seed: int = 0) -> dict[str, np.ndarray]:
+    """One array per argument of ``executable``, dynamic dims set to 1."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for arg in executable.args:
+        shape = tuple(1 if d == -1 else d for d in arg.shape.dims)
+        dtype = arg.type.dtype
+        data = rng.standard_normal(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+        inputs[arg.id] = data.astype(dtype)
+    return inputs
+
+
+def profile_executable(executable, runs: int = 5) -> tuple[DeviceTrace, list[float]]:
+    """Times ``runs`` plain launches on random inputs, then profiles as many; returns the
+    trace and the plain launch times in seconds."""
+    context = Context()
+    inputs = random_inputs(executable)
+    for arg in executable.args:
+        context.bind_input(arg, inputs[arg.id])
+    executable.launch(context)  # warm-up
+    plain = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        executable.launch(context)
+        plain.append(time.perf_counter() - start)
+    start_device_profiler(executable.device)
+    for _ in range(runs):
+        executable.launch(context)
+    stop_device_profiler(executable.device)
+    return retrieve_device_trace(executable.device), plain
+
+
+def compare_to_unprofiled(trace: DeviceTrace, plain: list[float]) -> str:
+    per_run = trace.kernel_time_s / max(len(trace.runs), 1)
+    median = statistics.median(plain)
+    return (f"unprofiled run: median {median * 1e3:.3f} ms; kernels per profiled run: "
+            f"{per_run * 1e3:.3f} ms ({100 * per_run / median:.1f}% of it)")

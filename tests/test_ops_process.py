@@ -1,7 +1,7 @@
-"""The ODLA process ops beyond the foundation set, compiled for the host CPU, against NumPy
-references written here (ONNX's NumPy reference evaluator for Resize) on several shapes,
-attributes and element types. Each case also checks that the value type ODLA reports when
-the op is created is the result's; dims known at run time only are -1 there."""
+"""The ODLA process ops beyond the foundation set, and CloneValue, compiled for the host
+CPU, against NumPy references written here (ONNX's NumPy reference evaluator for Resize) on
+several shapes, attributes and element types. Each case also checks that the value type ODLA
+reports when the op is created is the result's; dims known at run time only are -1 there."""
 
 from __future__ import annotations
 
