@@ -226,6 +226,7 @@ from .memory import (
 from .profiler import DeviceTrace, retrieve_device_trace, start_device_profiler, stop_device_profiler
 from .ops.quantization import dequantize, quantize
 from .session import Session
+from .tuning import tune
 from .training import (
     compile_inference,
     differentiate_computation,

@@ -29,6 +29,7 @@ from .executable import (
     check_compatible,
     executable_from_manifest,
 )
+from .tuning import cache_dir_of, target_spec
 from .types import ElementType, OdlaError, Status, numpy_dtype
 
 log = logging.getLogger(__name__)
@@ -65,33 +66,23 @@ def _resolve(model, target) -> Executable:
     """The executable to export: ``model`` itself, or ``model`` compiled for ``target``."""
     if isinstance(model, Computation):
         comp = _computation(model)
-        spec = _target_spec(target)
+        spec = target_spec(target)
         try:
-            module = targets.compile_module(comp.build_module(), spec)
+            database = targets.find_database(spec, cache_dir_of(comp))
+            module = targets.compile_module(comp.build_module(), spec, database=database)
         except OdlaError:
             raise
         except Exception as err:  # noqa: BLE001
             raise OdlaError(Status.FAILURE, f"TVM failed to compile for {spec.name}: {err}") from None
         return Executable(module, None, list(comp.args), list(comp.outputs), list(comp.variables))
     exe = _executable(model)
-    if target is not None and _target_spec(target).key() != exe.module.spec.key():
+    if target is not None and target_spec(target).key() != exe.module.spec.key():
         raise OdlaError(
             Status.INVALID_PARAM,
             f"the executable was compiled for {exe.module.spec.name}, not {target}; "
             "export the computation instead to compile it for that target",
         )
     return exe
-
-
-def _target_spec(target) -> targets.TargetSpec:
-    if target is None:
-        return targets.host_cpu()
-    if isinstance(target, Device):
-        return target.target
-    try:
-        return targets.get_target(str(target))
-    except KeyError as err:
-        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err.args[0])) from None
 
 
 def export(model, target, path, with_runner: bool = False) -> Path:

@@ -11,6 +11,7 @@ import sys
 from . import demo
 from .bundle import export as export_bundle
 from .device import allocate_device, available_devices, get_device_info
+from .benchmark import LIGHT_MODELS
 from .executable import Executable, compile_computation, load_executable
 from .profiler import compare_to_unprofiled, profile_executable
 from .types import ODLA_API_VERSION, DeviceInfo, OdlaError, Status
@@ -75,6 +76,41 @@ def profile(args) -> None:
     print(f"Chrome trace (open in https://ui.perfetto.dev): {args.output}")
 
 
+def tune(args) -> None:
+    from .computation import Computation
+    from .tuning import tune as tune_model
+
+    # An ONNX file is tuned by path, so the database's run log names the model by its file.
+    model = args.model if args.model.endswith(".onnx") else load_model(args.model)
+    if not isinstance(model, (str, Computation)):
+        raise OdlaError(Status.INVALID_PARAM, f"MODEL {args.model!r} is a compiled executable; "
+                        "tuning needs the computation (an ONNX file or package.module:function)")
+    report = tune_model(model, args.target, args.trials, args.minutes, args.cache_dir)
+    print(report.summary())
+
+
+def bench(args) -> None:
+    import time
+
+    from . import benchmark
+
+    # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet.
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    started, load = time.monotonic(), os.getloadavg()[0]
+    results = benchmark.bench_light_models(
+        args.models, args.threads, args.runs, args.cache_dir,
+        on_result=lambda result: print(result.summary(), flush=True))
+    overhead = benchmark.call_overhead()
+    text = benchmark.report(results, overhead, args.threads, time.monotonic() - started,
+                            (load, os.getloadavg()[0]))
+    if os.path.dirname(args.output):
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(text)
+    print(f"written to {args.output}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +137,27 @@ def main(argv=None) -> int:
     profile_parser.add_argument("--runs", type=int, default=5)
     profile_parser.add_argument("--top", type=int, default=15, help="kernels in the summary")
     profile_parser.add_argument("-o", "--output", default="odla-trace.json")
+    tune_parser = commands.add_parser(
+        "tune", help="tune MODEL's kernels for a target with MetaSchedule; later compiles for "
+        "that target use the records")
+    tune_parser.add_argument("model", help="an ONNX model (.onnx) or package.module:function "
+                             "returning an ODLA computation")
+    tune_parser.add_argument("--target", default="host-cpu",
+                             help="target name (odla-tvm info lists them); default host-cpu")
+    tune_parser.add_argument("--trials", type=int, help="candidates to measure for the model, "
+                             "counting those earlier runs recorded")
+    tune_parser.add_argument("--minutes", type=float, help="wall-clock limit of this run")
+    tune_parser.add_argument("--cache-dir", help="where tuning databases live (default "
+                             "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
+    bench_parser = commands.add_parser(
+        "bench", help="time onnx's light CNNs on ODLA-TVM (untuned, tuned) and onnxruntime, and "
+        "ODLA's cost per call; write docs/perf.md")
+    bench_parser.add_argument("--models", nargs="+", default=list(LIGHT_MODELS),
+                              help=f"light models to time (default all: {' '.join(LIGHT_MODELS)})")
+    bench_parser.add_argument("--threads", type=int, default=2)
+    bench_parser.add_argument("--runs", type=int, default=5, help="timed runs per path")
+    bench_parser.add_argument("--cache-dir", help="where the tuning database is (as for tune)")
+    bench_parser.add_argument("-o", "--output", default=os.path.join("docs", "perf.md"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -110,6 +167,10 @@ def main(argv=None) -> int:
             export(args)
         elif args.command == "profile":
             profile(args)
+        elif args.command == "tune":
+            tune(args)
+        elif args.command == "bench":
+            bench(args)
         else:
             demo.main(args.batch, args.runs)
     except OdlaError as err:

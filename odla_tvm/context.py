@@ -41,12 +41,7 @@ class Context:
                 Status.INVALID_PARAM,
                 f"{value.id!r} is a {value.kind.value}; bind_to_argument takes an argument",
             )
-        shape = self.runtime_shapes.get(value.id)
-        if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack__"):
-            data = _host_view(data, value)  # a device-resident tensor: bound without a copy
-        self.inputs[value.id] = checked_array(
-            data, value.type, f"data bound to argument {value.id!r}", shape
-        )
+        self.inputs[value.id] = argument_data(value, data, self.runtime_shapes.get(value.id))
 
     def bind_output(self, value: Value, buffer) -> None:
         self._check_alive()
@@ -94,6 +89,14 @@ class Context:
                 f"buffer for output {value.id!r} holds {buffer.size} elements; the run produced "
                 f"{result.size} (shape {result.shape}); nothing was written",
             )
+
+
+def argument_data(value: Value, data, shape: ValueShape | None = None) -> np.ndarray:
+    """``data`` checked as the data of argument ``value`` (of ``shape`` when the context fixed
+    one): an array of its dtype and shape; a DLPack tensor is viewed, not copied."""
+    if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack__"):
+        data = _host_view(data, value)  # a device-resident tensor: bound without a copy
+    return checked_array(data, value.type, f"data bound to argument {value.id!r}", shape)
 
 
 def _host_view(tensor, value: Value) -> np.ndarray:

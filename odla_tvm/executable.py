@@ -17,6 +17,7 @@ from . import profiler
 from .computation import Computation, Value, ValueKind, _computation, _index
 from .context import Context, _context
 from .device import Device, checked_device
+from .tuning import cache_dir_of
 from .types import ComputeMode, ItemType, OdlaError, Status, ValueType, checked, odla_enum
 from .version import __version__
 
@@ -40,6 +41,10 @@ class Executable:
         # kernel name -> the ODLA value ids its calls compute, in call order (for profiles)
         self.kernel_values: dict[str, list[str]] = {}
         self.destroyed = False
+        # What every launch checks of the bound data, worked out once when no argument shape
+        # is dynamic: each argument's id, dtype and shape.
+        self._static_types = None if any(a.shape.is_dynamic for a in args) else [
+            (a.id, a.type.dtype, a.shape.dims) for a in args]
 
     def _check_alive(self):
         if self.destroyed:
@@ -48,23 +53,46 @@ class Executable:
     def launch(self, context: Context) -> None:
         self._check_alive()
         ctx = _context(context)
-        inputs = bound_inputs(self.args, ctx, "this executable")
-        self._check_bounds(inputs, ctx)
-        inputs += [v.data for v in self.variables]
+        run_batch = ctx.items.get(ItemType.RUN_BATCH_SIZE) if ctx.items else None
+        results = self._run(self._bound_inputs(ctx), run_batch)
+        store_results(ctx, self.outputs, results)
+
+    def _run(self, inputs: list[np.ndarray], run_batch: int | None = None) -> list[np.ndarray]:
+        """The outputs for ``inputs``: one array per argument, already checked against its
+        type (as bind_to_argument checks; Session checks its feeds so); ``run_batch``: the
+        RUN_BATCH_SIZE item, if set."""
+        self._check_alive()
+        if self.bounds or run_batch is not None:
+            self._check_bounds(inputs, run_batch)
+        if self.variables:
+            inputs = inputs + [v.data for v in self.variables]
         recorder = profiler.recorder_for(self.device, self.kernel_values)
         try:
-            results = self.module.run(inputs, on_call=recorder)
+            return self.module.run(inputs, on_call=recorder)
         except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
             raise OdlaError(Status.FAILURE, f"the compiled module failed to run: {err}") from None
         finally:
             if recorder is not None:
                 recorder.finish()
-        store_results(ctx, self.outputs, results)
 
-    def _check_bounds(self, inputs: list[np.ndarray], ctx: Context) -> None:
+    def _bound_inputs(self, ctx: Context) -> list[np.ndarray]:
+        """bound_inputs(), with a fast path for what nearly every launch binds: exactly the
+        arguments, in their static dtypes and shapes."""
+        bound, types = ctx.inputs, self._static_types
+        if types is not None and len(bound) == len(types):
+            inputs = []
+            for value_id, dtype, dims in types:
+                data = bound.get(value_id)
+                if data is None or data.dtype != dtype or data.shape != dims:
+                    break
+                inputs.append(data)
+            else:
+                return inputs
+        return bound_inputs(self.args, ctx, "this executable")
+
+    def _check_bounds(self, inputs: list[np.ndarray], run_batch: int | None) -> None:
         """Refuses run-time shapes outside the ranges the computation declared
         (MIN/MAX_BATCH_SIZE, MIN/MAX_SHAPE) and batches other than RUN_BATCH_SIZE."""
-        run_batch = ctx.items.get(ItemType.RUN_BATCH_SIZE)
         for arg, data in zip(self.args, inputs):
             if run_batch is not None and arg.shape.dims[:1] == (-1,) and data.shape[0] != run_batch:
                 raise OdlaError(
@@ -155,6 +183,10 @@ def bound_inputs(args: list[Value], ctx: Context, runner: str) -> list[np.ndarra
 
 def store_results(ctx: Context, outputs: list[Value], results: list[np.ndarray]) -> None:
     """Writes a run's results to ``ctx``, checking every bound buffer before writing any."""
+    if not ctx.output_buffers:  # nothing to check or fill: the results are handed over
+        for value, result in zip(outputs, results):
+            ctx.results[value.id] = result
+        return
     for value, result in zip(outputs, results):
         ctx.check_output_buffer(value, result)
     for value, result in zip(outputs, results):
@@ -172,7 +204,8 @@ def _executable(executable) -> Executable:
 
 
 def compile_computation(computation: Computation, device: Device | None = None) -> Executable:
-    """Compiles for ``device`` (the host CPU when None), picking the device's target."""
+    """Compiles for ``device`` (the host CPU when None), picking the device's target and
+    applying the records tuned for it (odla_tvm.tuning) where its tuning database has any."""
     comp = _computation(computation)
     return compile_outputs(comp, checked_device(device), comp.args, comp.outputs)
 
@@ -181,8 +214,10 @@ def compile_outputs(comp: Computation, device: Device, args: list[Value],
                     outputs: list[Value]) -> Executable:
     """Compiles ``outputs`` of ``comp`` as a function of ``args`` and the variables."""
     mod = comp.build_module(list(args), list(outputs))
+    cache_dir = cache_dir_of(comp)
     try:
-        module = targets.compile_module(mod, device.target, device.index)
+        database = targets.find_database(device.target, cache_dir)
+        module = targets.compile_module(mod, device.target, device.index, database)
     except Exception as err:  # noqa: BLE001
         raise OdlaError(
             Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from .computation import Computation, destroy_computation
-from .context import Context
+from .context import argument_data
 from .device import Device
 from .executable import Executable, compile_computation, load_executable, store_executable
 from .types import OdlaError, Status, ValueType
@@ -34,6 +34,12 @@ class Session:
                 "Executable, or a stored executable path or bytes",
             )
         self._args = {v.id: v for v in self.executable.args}
+        # What every run checks, worked out once: the argument ids, the output ids in order,
+        # and per argument its dtype and static shape (None when dynamic).
+        self._arg_ids = set(self._args)
+        self._output_ids = [v.id for v in self.executable.outputs]
+        self._types = [(v, v.type.dtype, None if v.shape.is_dynamic else v.shape.dims)
+                       for v in self.executable.args]
 
     @classmethod
     def from_onnx(cls, model, device: Device | None = None,
@@ -64,27 +70,32 @@ class Session:
                 Status.INVALID_PARAM,
                 f"feeds is a {type(feeds).__name__}; expected a dict of argument id to array",
             )
-        unknown = sorted(set(feeds) - set(self._args))
-        missing = sorted(set(self._args) - set(feeds))
-        if unknown or missing:
+        if feeds.keys() != self._arg_ids:
+            unknown = sorted(set(feeds) - self._arg_ids)
+            missing = sorted(self._arg_ids - set(feeds))
             raise OdlaError(
                 Status.INVALID_PARAM,
                 f"feeds name {sorted(feeds)}; expected exactly {sorted(self._args)}"
                 + (f" (unknown: {unknown})" if unknown else "")
                 + (f" (missing: {missing})" if missing else ""),
             )
-        wanted = [v.id for v in self.executable.outputs] if output_ids is None else output_ids
-        outputs = {v.id for v in self.executable.outputs}
-        bad = [i for i in wanted if i not in outputs]
-        if bad:
-            raise OdlaError(
-                Status.INVALID_PARAM, f"output ids {bad} are not outputs; outputs: {sorted(outputs)}"
-            )
-        context = Context()
-        for value_id, data in feeds.items():
-            context.bind_input(self._args[value_id], data)
-        self.executable.launch(context)
-        return [context.results[i] for i in wanted]
+        if output_ids is not None:
+            bad = [i for i in output_ids if i not in self._output_ids]
+            if bad:
+                raise OdlaError(Status.INVALID_PARAM, f"output ids {bad} are not outputs; "
+                                f"outputs: {sorted(self._output_ids)}")
+        # The checks bind_to_argument makes, in full only for data that is not already an
+        # array of the argument's static dtype and shape.
+        inputs = []
+        for value, dtype, dims in self._types:
+            data = feeds[value.id]
+            if type(data) is not np.ndarray or data.dtype != dtype or data.shape != dims:
+                data = argument_data(value, data)
+            inputs.append(data)
+        results = self.executable._run(inputs)
+        if output_ids is None:
+            return results
+        return [results[self._output_ids.index(i)] for i in output_ids]
 
     def save(self, path) -> None:
         store_executable(path, self.executable)

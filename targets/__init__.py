@@ -13,6 +13,7 @@ from .registry import (
 from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
 from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
 from .training_runtime import DeviceFunctions
+from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
 
 __all__ = [
     "RUNTIME_LIBRARIES",
@@ -23,12 +24,17 @@ __all__ = [
     "DeviceFunctions",
     "TargetSpec",
     "ToolchainMissing",
+    "TuningDatabase",
+    "TuningReport",
+    "TuningUnavailable",
     "available_targets",
     "compile_module",
     "cpu_count",
+    "find_database",
     "get_target",
     "host_cpu",
     "register_target",
     "tvm_ffi_version",
+    "tune",
     "tvm_version",
 ]

@@ -5,15 +5,23 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import tvm
 import tvm_ffi
 
 
+# Where a target's kernels get their schedules, tried in the order a spec lists them.
+SCHEDULE_SOURCES = {
+    "database": "MetaSchedule records tuned for the target (targets.tuning), where it has any",
+    "dlight": "TVM's default GPU schedules (s_tir.dlight) for every kernel still unscheduled",
+}
+
+
 @dataclass(frozen=True)
 class TargetSpec:
-    """A compile target: the TVM Target dict, the runtime device kind, and how to describe it."""
+    """A compile target: the TVM Target dict, the runtime device kind, where kernel schedules
+    come from, and how to describe it."""
 
     name: str
     target: dict
@@ -22,9 +30,21 @@ class TargetSpec:
     arch: str = field(default_factory=platform.machine)  # machine the code runs on (uname -m)
     cross_compiler: str | None = None  # C++ compiler that links for ``arch`` from this host
     debian_packages: tuple[str, ...] = ()  # what provides the cross compiler and an emulator
+    schedules: tuple[str, ...] = ("database",)  # keys of SCHEDULE_SOURCES
+    cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags the generated code needs
+
+    def __post_init__(self):
+        unknown = [s for s in self.schedules if s not in SCHEDULE_SOURCES]
+        if unknown:
+            raise ValueError(f"target {self.name}: unknown schedule sources {unknown}; "
+                             f"known: {', '.join(SCHEDULE_SOURCES)}")
 
     def runs_here(self) -> bool:
-        return self.arch == platform.machine()
+        """Whether this machine can run the target's code: same architecture, the CPU
+        features it needs, and its device present."""
+        if self.arch != platform.machine() or not set(self.cpu_flags) <= _host_cpu_flags():
+            return False
+        return self.device_kind == "cpu" or self.tvm_device().exist
 
     def tvm_target(self) -> tvm.target.Target:
         return tvm.target.Target(dict(self.target))
@@ -34,7 +54,11 @@ class TargetSpec:
 
     def key(self) -> str:
         """Identity of the generated code: a module built for one key runs only on that key."""
-        return str(self.tvm_target())
+        return self._key
+
+    @cached_property
+    def _key(self) -> str:
+        return str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs
 
 
 _TARGETS: dict[str, TargetSpec] = {}
@@ -88,9 +112,46 @@ AARCH64_LINUX = TargetSpec(
 )
 
 
+X86_64_AVX2 = TargetSpec(
+    name="x86-64-avx2",
+    # LLVM's x86-64-v3 level: AVX2, FMA, BMI2 (Intel Haswell, AMD Zen and later), tuned for no
+    # particular chip: code to ship to machines that are not this one.
+    target={"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3", "num-cores": 4},
+    device_kind="cpu",
+    description="any x86-64 CPU with AVX2 and FMA (Haswell / Zen or later), 4 cores assumed",
+    arch="x86_64",
+    cross_compiler=None if platform.machine() == "x86_64" else "x86_64-linux-gnu-g++",
+    debian_packages=() if platform.machine() == "x86_64" else ("g++-x86-64-linux-gnu",),
+    cpu_flags=("avx2", "fma"),
+)
+
+CUDA_SM90 = TargetSpec(
+    name="cuda",
+    target={"kind": "cuda", "arch": "sm_90"},
+    device_kind="cuda",
+    description="NVIDIA GPU, Hopper (sm_90): tuned records where present, else dlight's "
+                "default GPU schedules; the host side runs on this machine's CPU",
+    schedules=("database", "dlight"),
+)
+
+
+@lru_cache(maxsize=None)
+def _host_cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def _ensure_builtin():
     if "host-cpu" not in _TARGETS:
         register_target(host_cpu())
+        register_target(X86_64_AVX2)
+        register_target(CUDA_SM90)
         if platform.machine() != "aarch64":
             register_target(AARCH64_LINUX)
 

@@ -10,9 +10,16 @@ import time
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
+from tvm.s_tir import dlight as dl
 
-from .registry import TargetSpec
+from .registry import TargetSpec, cpu_count
+
+# TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
+# host code is compiled and tuned for every usable core, so it runs on as many. Read when the
+# pool starts, at the first parallel kernel.
+os.environ.setdefault("TVM_NUM_THREADS", str(cpu_count()))
 
 
 class ToolchainMissing(RuntimeError):
@@ -31,15 +38,61 @@ def _fcompile(spec: TargetSpec):
     return tvm.support.cc.cross_compiler(spec.cross_compiler)
 
 
-def device_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor:
-    """``array`` as a TVM tensor on ``device``: the same memory where TVM can use it as it is
-    (C-contiguous, 64-byte aligned, on that device), else a copy."""
-    if array.flags.c_contiguous and array.ctypes.data % 64 == 0 and device.dlpack_device_type() == 1:
+_ALIGNMENT = 64  # bytes: what TVM's kernels assume of every buffer
+
+
+def _shared_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor | None:
+    """A TVM tensor over ``array``'s own memory where TVM can use it as it is (C-contiguous,
+    64-byte aligned, on the CPU, a dtype DLPack carries), else None."""
+    if (array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
+            and device.dlpack_device_type() == 1):
         try:
             return tvm.runtime.from_dlpack(array)
         except (RuntimeError, TypeError, BufferError):
-            pass  # a layout DLPack cannot share: copy it
-    return tvm.runtime.tensor(np.require(array, requirements="C"), device)
+            return None
+    return None
+
+
+def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm.runtime.Tensor] | None:
+    """An aligned array shaped like ``array`` and a TVM tensor over it, to copy into; None off
+    the CPU or for a dtype DLPack does not carry."""
+    if device.dlpack_device_type() != 1:
+        return None
+    raw = np.empty(array.nbytes + _ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    buffer = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    try:
+        return buffer, tvm.runtime.from_dlpack(buffer)
+    except (RuntimeError, TypeError, BufferError):
+        return None
+
+
+def device_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor:
+    """``array`` as a TVM tensor on ``device``: the same memory where TVM can use it as it is
+    (C-contiguous, 64-byte aligned, on that device), else a copy."""
+    shared = _shared_tensor(array, device)
+    if shared is not None:
+        return shared
+    staged = _staging_buffer(array, device)
+    if staged is None:
+        return tvm.runtime.tensor(np.require(array, requirements="C"), device)
+    np.copyto(staged[0], array)
+    return staged[1]
+
+
+# The FFI functions behind an Array's len() and [i], called directly: Array.__getitem__ asks
+# for the length first and goes through a Python helper, which takes ~1 µs per output.
+_array_size = tvm_ffi.get_global_func("ffi.ArraySize")
+_array_item = tvm_ffi.get_global_func("ffi.ArrayGetItem")
+
+
+def host_array(tensor: tvm.runtime.Tensor) -> np.ndarray:
+    """A NumPy copy of a TVM tensor (a copy: a result may alias an input or a constant). Through
+    DLPack on the CPU, ~15x faster than Tensor.numpy() for small tensors."""
+    try:
+        return np.from_dlpack(tensor).copy()
+    except (RuntimeError, TypeError, BufferError):
+        return tensor.numpy()  # another device, or a dtype NumPy's DLPack does not know
 
 
 def allocate(spec: TargetSpec, device_index: int, nbytes: int) -> tvm.runtime.Tensor:
@@ -72,15 +125,21 @@ class CompiledModule:
     target's device when the target is this machine."""
 
     def __init__(self, library, spec: TargetSpec, device_index: int = 0,
-                 kernel_bindings: dict[str, list[str]] | None = None):
+                 kernel_bindings: dict[str, list[str]] | None = None,
+                 tuned_kernels: list[str] | None = None):
         self.library = library
         # kernel name -> the graph bindings it computes, in call order (see compile_module)
         self.kernel_bindings = kernel_bindings or {}
+        self.tuned_kernels = tuned_kernels or []  # kernels scheduled by tuning records
         self.spec = spec
         self.device_index = device_index
         self._vm = None
         self._main = None
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
+        # Per input slot, used under _lock: (the last array run, the tensor TVM gets for it,
+        # the aligned buffer it is copied into or None when TVM shares its memory). An array's
+        # memory never moves, so the same array runs again without new checks.
+        self._inputs: dict[int, tuple] = {}
 
     def virtual_machine(self) -> relax.VirtualMachine:
         """The module's VM on the target's device, made on first use."""
@@ -102,9 +161,12 @@ class CompiledModule:
     def run(self, inputs: list[np.ndarray], on_call=None) -> list[np.ndarray]:
         """Runs ``main``. ``on_call(kernel_name, start_s, duration_s)``, when given, is told of
         every kernel and runtime builtin the VM calls (perf_counter times)."""
-        main = self._entry()
-        tensors = [device_tensor(a, self._device) for a in inputs]
+        main = self._main or self._entry()
+        # Plain loops: a comprehension costs ~0.5 µs more here, a tenth of a tiny model's run.
         with self._lock:
+            tensors = []
+            for slot, array in enumerate(inputs):
+                tensors.append(self._device_input(slot, array))
             if on_call is None:
                 result = main(*tensors)
             else:
@@ -114,7 +176,40 @@ class CompiledModule:
                     result = main(*tensors)
                 finally:
                     vm.set_instrument(_no_instrument)
-        return [r.numpy() for r in result]
+            outputs = []  # copied before the next run reuses the staging buffers
+            for index in range(_array_size(result)):
+                outputs.append(host_array(_array_item(result, index)))
+            return outputs
+
+    def _device_input(self, slot: int, array: np.ndarray) -> tvm.runtime.Tensor:
+        """What device_tensor gives, remembering the slot's array, tensor and buffer."""
+        known = self._inputs.get(slot)
+        if known is None or known[0] is not array:
+            known = self._inputs[slot] = self._input_slot(array, known)
+        _, tensor, buffer = known
+        if buffer is not None:
+            np.copyto(buffer, array)
+        return tensor if tensor is not None else device_tensor(array, self._device)
+
+    def _input_slot(self, array: np.ndarray, previous: tuple | None) -> tuple:
+        """(array, tensor, buffer) for a new array in a slot: its own memory where TVM can use
+        it, else the slot's aligned buffer (kept while shapes agree); no tensor off the CPU,
+        where each run copies to the device."""
+        shared = _shared_tensor(array, self._device)
+        if shared is not None:
+            return array, shared, None
+        if previous is not None and previous[2] is not None and \
+                previous[2].shape == array.shape and previous[2].dtype == array.dtype:
+            return array, previous[1], previous[2]
+        staged = _staging_buffer(array, self._device)
+        return (array, None, None) if staged is None else (array, staged[1], staged[0])
+
+    def bare_call(self, inputs: list[np.ndarray]):
+        """A call of ``main`` with no arguments on device tensors made once from ``inputs``: the
+        bare VM call that per-call overheads are measured against."""
+        main = self._entry()
+        tensors = [device_tensor(a, self._device) for a in inputs]
+        return lambda: main(*tensors)
 
     def export(self, path: str) -> None:
         """Writes the module as a shared library for its target (what export_library writes)."""
@@ -146,29 +241,97 @@ _compile_lock = threading.Lock()
 
 
 @tvm.ir.instrument.pass_instrument
-class _KernelBindings:
-    """Records, once ops are lowered to kernels, which graph bindings each kernel computes:
-    the VM calls a kernel once per binding, in binding order, which maps calls to values."""
+class _KernelRecorder:
+    """Records, once ops are lowered (and again once kernels are fused), which graph bindings
+    each kernel computes: the VM calls a kernel once per binding, in binding order, which maps
+    calls to values. Also records which kernels took their schedule from a tuning database."""
 
     def __init__(self):
         self.kernels: dict[str, list[str]] = {}
+        self.tuned: list[str] = []
+        self._unscheduled: set[str] = set()
+
+    def run_before_pass(self, mod, info):
+        if info.name == "MetaScheduleApplyDatabase":
+            self._unscheduled = set(_kernels(mod, scheduled=False))
 
     def run_after_pass(self, mod, info):
-        if info.name != "LegalizeOps":
+        if info.name == "MetaScheduleApplyDatabase":
+            self.tuned = sorted(self._unscheduled & set(_kernels(mod, scheduled=True)))
+        if info.name not in ("LegalizeOps", "FuseTIR"):
             return
-        def visit(expr):
-            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
-                    expr.op.name == "relax.call_tir":
-                yield expr.args[0].name_hint
+        self.kernels = {}
         for block in mod["main"].body.blocks:
             for binding in block.bindings:
-                for kernel in visit(binding.value):
-                    self.kernels.setdefault(kernel, []).append(binding.var.name)
+                value = binding.value
+                if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                        value.op.name == "relax.call_tir":
+                    self.kernels.setdefault(value.args[0].name_hint, []).append(binding.var.name)
 
 
-def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0) -> CompiledModule:
+def _kernels(mod: tvm.IRModule, scheduled: bool) -> list[str]:
+    """Names of the module's kernels that are (or are not yet) scheduled."""
+    return [gv.name_hint for gv, func in mod.functions.items()
+            if isinstance(func, tvm.tirx.PrimFunc)
+            and bool(func.attrs and func.attrs.get("tirx.is_scheduled", False)) == scheduled]
+
+
+def _kernel_passes() -> list:
+    """Ops to fused kernels: the form tuning takes its tasks from and records apply to."""
+    return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+
+
+def fused_kernels(mod: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+    """``mod`` with its ops lowered to fused kernels, exactly as compile_module does before it
+    applies tuning records (so a tuned workload matches at compile time)."""
     target = spec.tvm_target()
-    recorder = _KernelBindings()
+    with target:
+        return tvm.transform.Sequential(
+            relax.pipeline.library_dispatch_passes(target) + _kernel_passes())(mod)
+
+
+def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database) -> tvm.IRModule | None:
+    """``mod`` as fused kernels scheduled from ``database`` (records tuned for ``spec``), then
+    by dlight; None when that schedules nothing, so the module keeps TVM's generic build: one
+    kernel per op, which profiles map back to ODLA values (a database tuned for other models
+    leaves this one as it was)."""
+    tuned = database is not None and "database" in spec.schedules and database.tuned_for(mod)
+    dlight = "dlight" in spec.schedules
+    if not (tuned or dlight):
+        return None
+    kernels = fused_kernels(mod, spec)
+    if tuned:
+        with database.records():
+            kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
+    if not dlight and not _kernels(kernels, scheduled=True):
+        return None
+    if dlight:
+        kernels = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(kernels)
+    return kernels
+
+
+def _lowering(spec: TargetSpec) -> tvm.transform.Pass:
+    """Scheduled kernels to VM code: relax.pipeline's dataflow lowering (spelled out: its
+    function fails for llvm and cuda in TVM 0.27, whose backends do not export it) and the
+    target's finalizing passes."""
+    return tvm.transform.Sequential([
+        relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(),
+        relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite(),
+        *relax.pipeline.finalize_passes(spec.tvm_target())])
+
+
+def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
+                   database=None) -> CompiledModule:
+    """Compiles ``mod`` for ``spec``; ``database`` (a targets.tuning.TuningDatabase of this
+    target: see find_database) schedules the kernels it has records for."""
+    target = spec.tvm_target()
+    recorder = _KernelRecorder()
     with _compile_lock, tvm.transform.PassContext(opt_level=3, instruments=[recorder]), target:
-        library = tvm.compile(mod, target=target)
-    return CompiledModule(library, spec, device_index, recorder.kernels)
+        scheduled = _scheduled(mod, spec, database)
+        if scheduled is None:
+            library = tvm.compile(mod, target=target)
+        else:
+            library = tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec))
+    return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned)

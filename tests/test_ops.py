@@ -38,9 +38,10 @@ F32, I32, I64 = np.float32, np.int32, np.int64
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def run_op(build, inputs: dict, constants=()):
+def run_values(build, inputs: dict, constants=()):
     """Builds a computation with one argument per entry of ``inputs`` (a constant for names in
-    ``constants``), applies ``build(*values)``, runs it and returns (result, value type)."""
+    ``constants``), applies ``build(*values)`` (a value, or a list of them), runs it and
+    returns [(result, value type)], one per value."""
     comp = odla.create_computation()
     try:
         values = []
@@ -48,14 +49,20 @@ def run_op(build, inputs: dict, constants=()):
             vtype = VT(ELEMENT_TYPES[array.dtype], array.shape)
             values.append(odla.create_constant(vtype, array, name) if name in constants
                           else odla.create_argument(vtype, name))
-        y = build(*values)
-        vtype = odla.get_value_type(y)
-        odla.set_value_as_output(y)
-        session = odla.Session(comp)
-        (out,) = session.run({k: v for k, v in inputs.items() if k not in constants})
+        results = build(*values)
+        results = results if isinstance(results, list) else [results]
+        vtypes = [odla.get_value_type(y) for y in results]
+        odla.set_values_as_output(results)
+        outs = odla.Session(comp).run({k: v for k, v in inputs.items() if k not in constants})
     finally:
         odla.destroy_computation(comp)
-    return out, vtype
+    return list(zip(outs, vtypes))
+
+
+def run_op(build, inputs: dict, constants=()):
+    """run_values for a single-output ``build``: (result, value type)."""
+    (result,) = run_values(build, inputs, constants)
+    return result
 
 
 def check(result, expected, rtol=1e-5, atol=1e-5):

@@ -39,6 +39,9 @@ from .onnx_converters.registry import (
 logger = logging.getLogger(__name__)
 
 MIN_OPSET = 7
+# Graph inputs of at most this many elements may be fixed to the data of a run when ODLA
+# needs that data at import (see InputDataNeeded).
+SMALL_INPUT_ELEMENTS = 64
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops whose results differ from run to run must not be folded into constants.
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
@@ -73,7 +76,8 @@ def load_model(model) -> onnx.ModelProto:
     except onnx.checker.ValidationError as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
         raise OdlaError(Status.INVALID_PARAM, f"the ONNX model is invalid: {first_line}") from None
-    return onnx.inliner.inline_local_functions(proto) if proto.functions else proto
+    proto = onnx.inliner.inline_local_functions(proto) if proto.functions else proto
+    return _upgraded(proto)
 
 
 def _parse(blob: bytes, what: str) -> onnx.ModelProto:
@@ -92,8 +96,21 @@ def model_opset(proto: onnx.ModelProto) -> int:
     opset = max(versions) if versions else onnx.defs.onnx_opset_version()
     if opset < MIN_OPSET:
         raise OdlaError(Status.UNSUPPORTED_OP, f"the ONNX model uses opset {opset}; expected "
-                        f"opset {MIN_OPSET} or later (upgrade it with onnx.version_converter)")
+                        f"opset {MIN_OPSET} or later, and onnx.version_converter could not "
+                        "upgrade it")
     return opset
+
+
+def _upgraded(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A model of an opset before MIN_OPSET upgraded by onnx's version converter."""
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions or max(versions) >= MIN_OPSET:
+        return proto
+    try:
+        return onnx.version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as err:  # noqa: BLE001 (the converter raises several kinds)
+        logger.info("onnx.version_converter could not upgrade the model: %s", err)
+        return proto
 
 
 def _op_key(node: onnx.NodeProto) -> str:
@@ -134,9 +151,9 @@ def import_model(model, input_data: dict | None = None) -> Computation:
     are the graph outputs in order, each with its ONNX name as value id.
 
     ``input_data`` maps graph inputs to data they are fixed to: they become constants. A
-    model that uses a graph input where ODLA needs data at import (a reshape's target,
-    reduction axes...) raises InputDataNeeded naming it; the ONNX backend then imports the
-    model again with that input's data from the run."""
+    model that needs data at import (a reshape's target, reduction axes...) that derives
+    from small graph inputs only raises InputDataNeeded naming them; the ONNX backend then
+    imports the model again with their data from the run."""
     proto = load_model(model)
     opset = model_opset(proto)
     check_supported(proto, opset)
@@ -157,7 +174,11 @@ class _Importer:
         self.graph = proto.graph
         self.opset = opset
         self.input_data = input_data
+        self.graph_outputs = frozenset(o.name for o in proto.graph.output)
         self.values: dict[str, Value] = {}
+        # Per value: the small graph inputs its data derives from; None when it derives from
+        # others too (see InputDataNeeded).
+        self.sources: dict[str, frozenset | None] = {}
 
     def run(self) -> None:
         initializers = {t.name for t in self.graph.initializer}
@@ -167,8 +188,11 @@ class _Importer:
             if info.name in self.input_data:
                 self.values[info.name] = self._input_constant(info)
             elif info.name not in initializers:
-                self.values[info.name] = _computation.create_argument(_input_type(info),
-                                                                      info.name)
+                value = _computation.create_argument(_input_type(info), info.name)
+                self.values[info.name] = value
+                small = not value.shape.is_dynamic and \
+                    value.shape.element_count() <= SMALL_INPUT_ELEMENTS
+                self.sources[info.name] = frozenset([info.name]) if small else None
         for node in self.graph.node:
             self._convert(node)
         outputs = [self._output(info.name) for info in self.graph.output]
@@ -198,7 +222,7 @@ class _Importer:
         that is already an output is copied by a cast to its own type."""
         value = self.values[name]
         if value.id != name or value.kind is not ValueKind.RESULT:
-            value = cast(value, value.element_type, self._free_id(name))
+            value = cast(value, value.element_type, name)
         return value
 
     def _free_id(self, name: str) -> str | None:
@@ -216,28 +240,53 @@ class _Importer:
                             "or input defines it")
         return self.values[name]
 
+    def _source(self, name: str) -> frozenset | None:
+        return self.sources.get(name, frozenset()) if name else frozenset()
+
     def _convert(self, proto: onnx.NodeProto) -> None:
         inputs = [self._operand(name) for name in proto.input]
+        sources = [self._source(name) for name in proto.input]
         label = f"ONNX node {proto.name or proto.output[0]!r} ({proto.op_type})"
         results = self._fold(proto, inputs)
         if results is None:
-            node = Node(proto, inputs, self.opset, _constant_data)
+            node = Node(proto, inputs, self.opset, _constant_data, self.graph_outputs,
+                        self.convert_body, sources)
             convert = find_converter(proto.op_type, self.opset)
             try:
                 results = convert(node)
             except InputDataNeeded as err:
-                raise InputDataNeeded(err.input_id, f"{label}: {err.message}") from None
+                raise InputDataNeeded(err.input_ids, f"{label}: {err.message}") from None
             except OdlaError as err:
                 raise OdlaError(err.status, f"{label}: {err.message}") from err
             except (ValueError, TypeError, KeyError, IndexError) as err:
                 raise OdlaError(Status.INTERNAL_LOGIC_ERR,
                                 f"{label}: converting failed: {type(err).__name__}: {err}") from err
         results = results if isinstance(results, (list, tuple)) else [results]
+        derived = None if None in sources else frozenset().union(*sources)
         for name, value in zip(proto.output, results):
             if name:
                 if value is None:
                     raise Unsupported(f"{label}: output {name!r} cannot be produced")
                 self.values[name] = value
+                self.sources[name] = frozenset() if _constant_data(value) is not None else derived
+
+    def convert_body(self, graph: onnx.GraphProto, inputs: list[Value]) -> list[Value]:
+        """Converts a body graph (an If branch, a Loop or Scan body) into the ODLA body that is
+        open: its inputs bound to ``inputs``, the enclosing graphs' values visible; returns
+        the values of its outputs."""
+        enclosing = self.values
+        self.values = dict(enclosing)
+        try:
+            for tensor in graph.initializer:
+                self.values[tensor.name] = self._constant(numpy_helper.to_array(tensor), None)
+            for info, value in zip(graph.input, inputs):
+                self.values[info.name] = value
+                self.sources[info.name] = None  # a loop's state differs per iteration
+            for node in graph.node:
+                self._convert(node)
+            return [self.values[info.name] for info in graph.output]
+        finally:
+            self.values = enclosing
 
     def _fold(self, proto: onnx.NodeProto, inputs: list) -> list[Value] | None:
         """The node's outputs as constants when its inputs are all constants; else None."""
@@ -250,7 +299,8 @@ class _Importer:
         feeds = {name: _constant_data(v) for name, v in zip(proto.input, inputs) if v is not None}
         try:
             arrays = ReferenceEvaluator(proto, opsets={"": self.opset}).run(None, feeds)
-            return [self._constant(np.asarray(a), self._free_id(name)) if name else None
+            return [self._constant(np.asarray(a), None if name in self.graph_outputs
+                                   else self._free_id(name)) if name else None
                     for name, a in zip(proto.output, arrays)]
         except OdlaError:
             return None

@@ -33,9 +33,10 @@ def _odla_device(device: str):
 class OdlaBackendRep(BackendRep):
     """A model imported and compiled once; ``run`` feeds its graph inputs in order.
 
-    Graph inputs that ODLA needs as data when the model is imported (a Reshape's target,
-    reduction axes, pads...) are taken from the feeds of a run: the model is compiled for
-    their values, and again when they change (one executable kept per set of values)."""
+    Small graph inputs whose data ODLA needs when the model is imported (a Reshape's
+    target, reduction axes, pads, or what is computed from them) are taken from the feeds of
+    a run: the model is compiled for their values, and again when they change (one
+    executable kept per set of values)."""
 
     def __init__(self, model: onnx.ModelProto, device: str):
         self.model = onnx_frontend.load_model(model)
@@ -48,7 +49,7 @@ class OdlaBackendRep(BackendRep):
         try:
             self._sessions[()] = Session.from_onnx(self.model, self.device)
         except InputDataNeeded as err:
-            self.data_inputs.append(err.input_id)
+            self.data_inputs += sorted(err.input_ids)
 
     def _session(self, feeds: dict) -> Session:
         while True:
@@ -59,9 +60,9 @@ class OdlaBackendRep(BackendRep):
             try:
                 session = Session.from_onnx(self.model, self.device, data)
             except InputDataNeeded as err:
-                if err.input_id in self.data_inputs:
+                if err.input_ids <= set(self.data_inputs):
                     raise
-                self.data_inputs.append(err.input_id)
+                self.data_inputs += sorted(err.input_ids - set(self.data_inputs))
                 continue
             self._sessions[key] = session
             return session

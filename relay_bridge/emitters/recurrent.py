@@ -4,6 +4,7 @@ step function per layer type reads like the ONNX equations."""
 
 from __future__ import annotations
 
+import numpy as np
 from tvm import relax, tirx
 from tvm.relax import op as R
 
@@ -132,27 +133,27 @@ def _recurrent(emit, kind, x, w, r, b, seq_lens, initial, peephole, *, weight_fo
     order = gate_order or canonical
     w, r = (_to_canonical_gates(emit, m, order, canonical, 1) for m in (w, r))
     dtype = str(x.ty.dtype)
+    no_bias = relax.const(np.zeros((num_directions, gates_width), dtype))
     if b is None:
-        w_bias = r_bias = relax.const(0, dtype)
+        b = emit(R.concat([no_bias, no_bias], 1))
     elif int(b.ty.shape.values[-1]) == gates_width:  # one bias per gate, already summed
-        w_bias, r_bias = _to_canonical_gates(emit, b, order, canonical, 1), relax.const(0, dtype)
-    else:
-        w_bias, r_bias = (_to_canonical_gates(emit, half, order, canonical, 1)
-                          for half in _split(emit, b, 2, 1))
+        b = emit(R.concat([b, no_bias], 1))
+    w_bias, r_bias = (_to_canonical_gates(emit, half, order, canonical, 1)
+                      for half in _split(emit, b, 2, 1))
     batch = x.ty.shape.values[1]
     zeros = emit(R.zeros(relax.ShapeExpr([num_directions, batch, hidden_size]), dtype))
     initial = [zeros if s is None else s for s in initial]
     sequences, finals = [], []
     for d in range(num_directions):
         w_d = _direction_slice(emit, w, d)
-        w_bias_d = w_bias if w_bias.ty.ndim == 0 else _direction_slice(emit, w_bias, d)
-        r_bias_d = r_bias if r_bias.ty.ndim == 0 else _direction_slice(emit, r_bias, d)
         # The input projections of all steps in one matmul.
-        x_proj = emit(R.add(emit(R.matmul(x, emit(R.permute_dims(w_d, [1, 0])))), w_bias_d))
+        x_proj = emit(R.add(emit(R.matmul(x, emit(R.permute_dims(w_d, [1, 0])))),
+                            _direction_slice(emit, w_bias, d)))
         reverse = direction == "REVERSE" or d == 1
         sequence, states = _run_direction(
             emit, kind, x_proj, [_direction_slice(emit, s, d) for s in initial],
-            _direction_slice(emit, r, d), r_bias_d, _direction_slice(emit, peephole, d),
+            _direction_slice(emit, r, d), _direction_slice(emit, r_bias, d),
+            _direction_slice(emit, peephole, d),
             seq_lens, reverse, linear_before_reset)
         sequences.append(sequence)
         finals.append(states)

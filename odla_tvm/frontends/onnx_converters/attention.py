@@ -9,7 +9,7 @@ import numpy as np
 
 import odla_tvm as odla
 
-from .registry import Node, constant, converter, dims, element_type, rank, static_dims
+from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
 
 
 def _split_heads(node: Node, x, heads: int):
@@ -99,6 +99,9 @@ def attention(node: Node):
     present_value = v if past_value is None else odla.concat([past_value, v], 2)
     batch, q_heads, q_len, head_size = static_dims(node, q)
     kv_heads, kv_len = static_dims(node, present_key)[1:3]
+    output_type = q.element_type
+    # 16-bit floats are computed in float32 and rounded once at the end, as onnxruntime does.
+    q, keys, values, mask = (_widened(x) for x in (q, present_key, present_value, mask))
     dtype = q.type.dtype
 
     bias = _Bias(dtype)
@@ -107,11 +110,10 @@ def attention(node: Node):
     offset = 0 if past_key is None else dims(past_key)[2]
     _window_bias(node, bias, q_len, kv_len, offset, nonpad, batch)
     if nonpad is not None:  # keys past each batch's length are padding
-        keys = constant(np.arange(kv_len, dtype=np.int64).reshape(1, 1, 1, kv_len))
+        positions = constant(np.arange(kv_len, dtype=np.int64).reshape(1, 1, 1, kv_len))
         lengths = odla.reshape(odla.cast(nonpad, odla.ElementType.INT64), (batch, 1, 1, 1))
-        bias.add_allowed(odla.less(keys, lengths))
+        bias.add_allowed(odla.less(positions, lengths))
 
-    keys, values = present_key, present_value
     if q_heads != kv_heads:
         keys, values = _repeat_heads(keys, q_heads // kv_heads), \
             _repeat_heads(values, q_heads // kv_heads)
@@ -127,8 +129,11 @@ def attention(node: Node):
     logits = with_bias if precision is None else odla.cast(with_bias, element_type(precision))
     probabilities = odla.softmax(logits, 3)
     if bias.value is not None:  # rows with every key masked attend nothing: 0, not NaN
-        row_max = odla.reduce_max(bias.value, 1, [rank(bias.value) - 1], True)
-        masked = odla.is_inf(row_max, False, True)
+        attended = odla.cast(odla.not_(odla.is_inf(bias.value, False, True)),
+                             odla.ElementType.FLOAT32)
+        last = rank(bias.value) - 1
+        masked = odla.equal(odla.reduce_max(attended, 1, [last], True),
+                            constant(np.float32(0)))
         probabilities = odla.select(masked, constant(np.zeros((), probabilities.type.dtype)),
                                     probabilities)
     if precision is not None:
@@ -138,12 +143,62 @@ def attention(node: Node):
         y = odla.reshape(odla.transpose(y, (0, 2, 1, 3)), (batch, q_len, -1))
     mode = node.attr("qk_matmul_output_mode", 0)
     qk_output = {2: with_bias, 3: probabilities}.get(mode, scores)
-    return [_named(y, node, 0), _named(present_key, node, 1), _named(present_value, node, 2),
-            _named(qk_output, node, 3)]
+    return [_named(y, node, 0, output_type), _named(present_key, node, 1, output_type),
+            _named(present_value, node, 2, output_type), _named(qk_output, node, 3, output_type)]
 
 
-def _named(value, node: Node, index: int):
-    """``value`` under the node's output name ``index`` when the model uses that output."""
+_HALF_TYPES = (odla.ElementType.FLOAT16, odla.ElementType.BFLOAT16)
+
+
+def _widened(x):
+    """A 16-bit float value in float32; others as they are."""
+    if x is None or x.element_type not in _HALF_TYPES:
+        return x
+    return odla.cast(x, odla.ElementType.FLOAT32)
+
+
+def _named(value, node: Node, index: int, element_type):
+    """``value`` as ``element_type`` under the node's output name ``index``, when the model
+    uses that output."""
     if not node.wants(index):
         return None
-    return odla.cast(value, value.element_type, value_id=node.ids[index])
+    return odla.cast(value, element_type, value_id=node.ids[index])
+
+
+def _last_axis(x, start: int, end: int, step: int = 1):
+    """``x[..., start:end:step]``."""
+    rest = rank(x) - 1
+    return odla.slice(x, [0] * rest + [start], [INT_MAX] * rest + [end], [1] * rest + [step])
+
+
+@converter("RotaryEmbedding", since=23)
+def rotary_embedding(node: Node):
+    x, cos, sin, positions = node.input(0), node.input(1), node.input(2), node.input(3)
+    shape = static_dims(node, x)
+    if rank(x) == 4:  # (batch, heads, seq, size) -> (batch, seq, heads, size)
+        x = odla.transpose(x, (0, 2, 1, 3))
+    else:
+        heads = node.attr("num_heads")
+        x = odla.reshape(x, (shape[0], shape[1], heads, shape[2] // heads))
+    head_size = dims(x)[3]
+    rotated = node.attr("rotary_embedding_dim") or head_size
+    if positions is not None:  # the caches are per position
+        cos, sin = odla.gather(cos, positions, 0), odla.gather(sin, positions, 0)
+    cos, sin = (odla.reshape(c, dims(c)[:-1] + (1, dims(c)[-1])) for c in (cos, sin))
+    part = _last_axis(x, 0, rotated)
+    if node.attr("interleaved", 0):
+        first, second = _last_axis(part, 0, rotated, 2), _last_axis(part, 1, rotated, 2)
+    else:
+        first, second = _last_axis(part, 0, rotated // 2), _last_axis(part, rotated // 2, rotated)
+    real = odla.sub(odla.mul(cos, first), odla.mul(sin, second))
+    imaginary = odla.add(odla.mul(sin, first), odla.mul(cos, second))
+    if node.attr("interleaved", 0):
+        pairs = [odla.reshape(v, dims(v) + (1,)) for v in (real, imaginary)]
+        part = odla.reshape(odla.concat(pairs, 4), dims(part))
+    else:
+        part = odla.concat([real, imaginary], 3)
+    if rotated < head_size:
+        part = odla.concat([part, _last_axis(x, rotated, head_size)], 3)
+    if len(shape) == 4:
+        return odla.transpose(part, (0, 2, 1, 3), value_id=node.id)
+    return odla.reshape(part, shape, value_id=node.id)

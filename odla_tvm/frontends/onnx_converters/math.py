@@ -9,7 +9,7 @@ import numpy as np
 import odla_tvm as odla
 
 from ...types import ElementType, ValueType
-from .registry import Node, converter, dims, rank
+from .registry import Node, constant, converter, dims, rank, static_dims
 
 _UNARY = {
     "Abs": odla.abs, "Acos": odla.acos, "Acosh": odla.acosh, "Asin": odla.asin,
@@ -196,3 +196,23 @@ for _op_type, _op, _since in (
     converter(_op_type)(_reduce(_op, _since))
 converter("ReduceL1")(_reduce(odla.reduce_l1, 18, 0.0))
 converter("ReduceL2")(_reduce(odla.reduce_l2, 18, 0.0))
+
+
+@converter("CumProd")
+def cum_prod(node: Node):
+    """Running products along an axis of known length: one product per position."""
+    x = node.input(0)
+    (axis,) = node.ints(1)
+    axis %= rank(x)
+    length = static_dims(node, x)[axis]
+    starts = range(length - 1, -1, -1) if node.attr("reverse", 0) else range(length)
+    ones = constant(np.ones([1 if a == axis else d for a, d in enumerate(dims(x))], x.type.dtype))
+    running, products = None, {}
+    for start in starts:
+        begin, end = [0] * rank(x), list(dims(x))
+        begin[axis], end[axis] = start, start + 1
+        part = odla.slice(x, begin, end, [1] * rank(x))
+        before = ones if running is None else running
+        running = part if running is None else odla.mul(running, part)
+        products[start] = before if node.attr("exclusive", 0) else running
+    return odla.concat([products[i] for i in range(length)], axis, value_id=node.id)

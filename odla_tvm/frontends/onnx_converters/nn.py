@@ -102,42 +102,89 @@ def _ceil_mode_padding(node: Node, x, kernel, strides, dilations, front, back):
     return grown
 
 
-def _pool_window(node: Node):
-    x = node.input(0)
-    kernel, strides, dilations, front, back = _window(node, x, None)
-    if any(d != 1 for d in dilations):
-        raise node.unsupported(f"dilations {dilations}; ODLA pools have none")
-    return x, kernel, strides, front, _ceil_mode_padding(node, x, kernel, strides, dilations,
-                                                          front, back), back
+class _PoolWindow:
+    """A pooling node's window: kernel, strides, dilations and paddings, the back paddings
+    grown for ceil_mode (``back``) and as declared (``declared_back``)."""
+
+    def __init__(self, node: Node):
+        self.x = node.input(0)
+        self.kernel, self.strides, self.dilations, self.front, self.declared_back = \
+            _window(node, self.x, None)
+        self.back = _ceil_mode_padding(node, self.x, self.kernel, self.strides, self.dilations,
+                                       self.front, self.declared_back)
+
+    @property
+    def dilated(self) -> bool:
+        return any(d != 1 for d in self.dilations)
+
+    def pool(self, node: Node, x, combine, fill):
+        """Pooling of ``x`` composed from one strided slice per kernel offset of the padded
+        input, for what ODLA's pools cannot say (dilations; ceil_mode with padding counted):
+        ``combine`` folds the slices and the padding holds ``fill``. Returns the result and,
+        per output cell, how many input cells its window covers and how many input or
+        declared padding cells (not the overhang ceil_mode adds)."""
+        shape = static_dims(node, x)
+        overhang = [b - d for b, d in zip(self.back, self.declared_back)]
+        inputs = np.pad(np.ones(shape[2:]), list(zip(self.front, self.back)))
+        declared = np.pad(np.ones([n + f + d for n, f, d in zip(shape[2:], self.front,
+                                                                self.declared_back)]),
+                          [(0, o) for o in overhang])
+        padded = odla.pad(x, [0, 0, *self.front], [0, 0, *self.back])
+        if fill != 0:
+            padded = odla.select(constant(inputs.astype(bool)), padded, scalar(x, fill))
+        counts = [(n - (k - 1) * d - 1) // s + 1 for n, k, d, s in
+                  zip(inputs.shape, self.kernel, self.dilations, self.strides)]
+        result, input_cells, declared_cells = None, 0, 0
+        for offset in np.ndindex(*self.kernel):
+            begin = [o * d for o, d in zip(offset, self.dilations)]
+            end = [b + (c - 1) * s + 1 for b, c, s in zip(begin, counts, self.strides)]
+            part = odla.slice(padded, [0, 0, *begin], [*shape[:2], *end],
+                              [1, 1, *self.strides])
+            result = part if result is None else combine(result, part)
+            window = tuple(slice(b, e, s) for b, e, s in zip(begin, end, self.strides))
+            input_cells = input_cells + inputs[window]
+            declared_cells = declared_cells + declared[window]
+        return result, input_cells, declared_cells
+
+
+def _averaged(node: Node, w: _PoolWindow, total, input_cells, declared_cells, value_id=None):
+    divisor = declared_cells if node.attr("count_include_pad", 0) else input_cells
+    return odla.div(total, constant(divisor.astype(w.x.type.dtype)), value_id=value_id)
 
 
 @converter("MaxPool")
 def max_pool(node: Node):
     if node.wants(1):
         raise node.unsupported("the Indices output; ODLA's MaxPool returns values only")
-    x, kernel, strides, front, back, _ = _pool_window(node)
-    return odla.max_pool(x, CF, kernel, strides, front, back, value_id=node.id)
+    w = _PoolWindow(node)
+    if w.dilated:
+        result, _, _ = w.pool(node, w.x, odla.max, -np.inf)
+        return odla.cast(result, result.element_type, value_id=node.id)
+    return odla.max_pool(w.x, CF, w.kernel, w.strides, w.front, w.back, value_id=node.id)
 
 
 @converter("AveragePool")
 def average_pool(node: Node):
-    x, kernel, strides, front, back, declared_back = _pool_window(node)
+    w = _PoolWindow(node)
     include = bool(node.attr("count_include_pad", 0))
-    if include and back != declared_back:
-        raise node.unsupported("ceil_mode with count_include_pad; ODLA would count the "
-                               "window's overhang as padding")
-    return odla.average_pool(x, CF, kernel, strides, front, back, include, value_id=node.id)
+    if w.dilated or (include and w.back != w.declared_back):
+        return _averaged(node, w, *w.pool(node, w.x, odla.add, 0), value_id=node.id)
+    return odla.average_pool(w.x, CF, w.kernel, w.strides, w.front, w.back, include,
+                             value_id=node.id)
 
 
 @converter("LpPool")
 def lp_pool(node: Node):
-    x, kernel, strides, front, back, declared_back = _pool_window(node)
-    if back != declared_back:
-        raise node.unsupported("ceil_mode; ODLA would count the window's overhang")
+    w = _PoolWindow(node)
+    x = w.x
     p = float(node.attr("p"))
     powered = odla.pow(odla.abs(x), scalar(x, p))
-    window_sum = odla.mul(odla.average_pool(powered, CF, kernel, strides, front, back, True),
-                          scalar(x, float(np.prod(kernel))))
+    if w.dilated or w.back != w.declared_back:
+        window_sum, _, _ = w.pool(node, powered, odla.add, 0)
+    else:
+        window_sum = odla.mul(odla.average_pool(powered, CF, w.kernel, w.strides, w.front,
+                                                w.back, True),
+                              scalar(x, float(np.prod(w.kernel))))
     return odla.pow(window_sum, scalar(x, 1.0 / p), value_id=node.id)
 
 
@@ -312,16 +359,13 @@ def rms_normalization(node: Node):
 @converter("Dropout")
 def dropout(node: Node):
     x = node.input(0)
-    training = node.is_constant(2) and bool(node.array(2))
-    if node.input(2) is not None and not node.is_constant(2):
-        raise node.unsupported("training_mode computed at run time")
-    ratio = float(node.array(1)) if node.is_constant(1) else node.attr("ratio", 0.5)
-    if training and ratio != 0:
+    training = bool(node.array(2, False))
+    if training and float(node.array(1, np.float32(0.5))) != 0:
         raise node.unsupported("training mode; ODLA has no random dropout")
     results = [x]
     if node.wants(1):
         shape = static_dims(node, x)
-        results.append(constant(np.ones(shape, bool), node.ids[1]))
+        results.append(node.constant_output(np.ones(shape, bool), 1))
     return results
 
 
@@ -342,7 +386,7 @@ def non_max_suppression(node: Node):
     iou = float(node.array(3, np.zeros(1)).reshape(-1)[0])
     score = float(node.array(4, np.array([-np.inf])).reshape(-1)[0])
     if max_per_class == 0:
-        return constant(np.zeros((0, 3), np.int64), node.id)
+        return node.constant_output(np.zeros((0, 3), np.int64))
     if node.attr("center_point_box"):  # (x center, y center, width, height) to corners
         center = odla.slice(boxes, (0, 0, 0), (*dims(boxes)[:2], 2), (1, 1, 1))
         size = odla.slice(boxes, (0, 0, 2), (*dims(boxes)[:2], 4), (1, 1, 1))
@@ -464,3 +508,48 @@ def softmax_cross_entropy_loss(node: Node):
     log_probabilities = odla.log_softmax(node.input(0), 1,
                                          value_id=node.ids[1] if node.wants(1) else None)
     return [_negative_log_likelihood(node, log_probabilities, node.id), log_probabilities]
+
+
+@converter("SwiGLU")
+def swiglu(node: Node):
+    gate, linear = node.input(0), node.input(1)
+    return odla.mul(odla.swish(gate, node.attr("alpha", 1.0)), linear, value_id=node.id)
+
+
+@converter("CausalConvWithState")
+def causal_conv_with_state(node: Node):
+    """A depthwise 1-d convolution over the past state followed by the input; the new state
+    is the last (kernel - 1) positions of that sequence."""
+    x, weight, bias, past = node.input(0), node.input(1), node.input(2), node.input(3)
+    batch, channels, _ = static_dims(node, x)
+    kernel = dims(weight)[2]
+    if past is None:
+        past = constant(np.zeros((batch, channels, kernel - 1), x.type.dtype))
+    sequence = odla.concat([past, x], 2)
+    y = odla.conv(sequence, CF, channels, weight, L.OIS, [1], [1], [0], [0], bias=bias)
+    if node.attr("activation", "none") in ("silu", "swish"):
+        y = odla.swish(y)
+    output = odla.cast(y, y.element_type, value_id=node.id)
+    length = dims(sequence)[2]
+    state = odla.slice(sequence, [0, 0, length - (kernel - 1)], [batch, channels, length],
+                       [1, 1, 1], value_id=node.ids[1] if node.wants(1) else None)
+    return [output, state]
+
+
+@converter("AffineGrid")
+def affine_grid(node: Node):
+    """theta (N, 2, 3) or (N, 3, 4) applied to the evenly spaced positions of a grid of
+    ``size``: one matrix product with a constant grid in homogeneous coordinates."""
+    theta = node.input(0)
+    spatial = [int(n) for n in node.array(1)[2:]]
+    align = node.attr("align_corners", 0)
+
+    def positions(n):
+        return np.linspace(-1, 1, n) if align else (np.arange(n) * 2 + 1) / n - 1
+
+    # x varies fastest, along the last spatial axis; then y (then z).
+    axes = np.meshgrid(*[positions(n) for n in spatial], indexing="ij")
+    grid = np.stack([a.reshape(-1) for a in reversed(axes)] + [np.ones(int(np.prod(spatial)))],
+                    axis=1)[None].astype(theta.type.dtype)
+    points = odla.batch_mat_mul(constant(grid), False, theta, True)
+    return odla.reshape(points, [dims(theta)[0], *spatial, len(spatial)], value_id=node.id)

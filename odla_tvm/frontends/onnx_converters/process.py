@@ -18,11 +18,11 @@ from .registry import INT_MAX, Node, constant, converter, dims, element_type, ra
 def constant_node(node: Node):
     attrs = node.attrs
     if "value" in attrs:
-        return constant(numpy_helper.to_array(attrs["value"]), node.id)
+        return node.constant_output(numpy_helper.to_array(attrs["value"]))
     for name, dtype in (("value_float", np.float32), ("value_floats", np.float32),
                         ("value_int", np.int64), ("value_ints", np.int64)):
         if name in attrs:
-            return constant(np.asarray(attrs[name], dtype), node.id)
+            return node.constant_output(np.asarray(attrs[name], dtype))
     raise node.unsupported(f"a {', '.join(attrs)} value; ODLA constants are numeric tensors")
 
 
@@ -36,7 +36,7 @@ def constant_of_shape(node: Node):
     value = node.attr("value")
     fill = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
     shape = [int(d) for d in node.array(0)]
-    return constant(np.full(shape, fill.reshape(-1)[0], fill.dtype), node.id)
+    return node.constant_output(np.full(shape, fill.reshape(-1)[0], fill.dtype))
 
 
 @converter("EyeLike")
@@ -45,7 +45,7 @@ def eye_like(node: Node):
     dtype = x.type.dtype if node.attr("dtype") is None else \
         numpy_dtype(element_type(node.attr("dtype")))
     rows, cols = static_dims(node, x)
-    return constant(np.eye(rows, cols, node.attr("k", 0), dtype), node.id)
+    return node.constant_output(np.eye(rows, cols, node.attr("k", 0), dtype))
 
 
 @converter("Shape")
@@ -58,18 +58,25 @@ def shape(node: Node):
         count = len(range(*slice(start, end).indices(rank(x))))
         return odla.slice(full, (start % max(rank(x), 1),), (start % max(rank(x), 1) + count,),
                           (1,), value_id=node.id)
-    return constant(np.asarray(wanted, np.int64), node.id)
+    return node.constant_output(np.asarray(wanted, np.int64))
 
 
 @converter("Size")
 def size(node: Node):
-    return constant(np.int64(np.prod(static_dims(node, node.input(0)))), node.id)
+    return node.constant_output(np.int64(np.prod(static_dims(node, node.input(0)))))
 
 
-@converter("Range")
-def range_(node: Node):
-    # Ranges of constants are folded before converters run; others have no ODLA op.
-    raise node.unsupported("start, limit or delta computed at run time")
+def _data_only(node: Node):
+    """Ops whose result is a function of their inputs' data alone, with no ODLA op (a
+    range, a window): with that data known at import the importer folds them into
+    constants; this asks for the data (from a run's small inputs) when it is not."""
+    for index in range(len(node.inputs)):
+        node.array(index)
+    raise node.unsupported("the inputs are known, yet the node could not be evaluated")
+
+
+for _op_type in ("Range", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"):
+    converter(_op_type)(_data_only)
 
 
 # -- element types -----------------------------------------------------------------------------
@@ -283,6 +290,8 @@ def compress(node: Node):
 @converter("OneHot")
 def one_hot(node: Node):
     indices = node.input(0)
+    if indices.element_type not in (odla.ElementType.INT32, odla.ElementType.INT64):
+        indices = odla.cast(indices, odla.ElementType.INT64)  # ONNX allows float indices
     depth = int(node.array(1).reshape(-1)[0])
     return odla.one_hot(indices, depth, node.input(2), node.attr("axis"), value_id=node.id)
 
@@ -303,10 +312,12 @@ def trilu(node: Node):
 @converter("Pad", since=11)
 def pad(node: Node):
     x = node.input(0)
-    pads = node.ints(1)
-    value = node.array(2, np.zeros((), x.type.dtype)).reshape(-1)
+    fill = node.input(2)
+    if fill is not None and node.is_constant(2):
+        fill = node.array(2).reshape(-1)
+        fill = fill[0] if fill.size else 0
     axes = node.ints(3, default=list(range(rank(x))))
-    return _pad(node, x, pads, axes, value[0] if value.size else 0)
+    return _pad(node, x, node.ints(1), axes, 0 if fill is None else fill)
 
 
 @converter("Pad")
@@ -316,21 +327,28 @@ def pad_v2(node: Node):
 
 
 def _pad(node: Node, x, pads, axes, fill):
-    mode = node.attr("mode", "constant")
-    if mode != "constant":
-        raise node.unsupported(f"mode {mode!r}; ODLA pads with zeros")
     front, back = [0] * rank(x), [0] * rank(x)
     for axis, f, b in zip(axes, pads[:len(axes)], pads[len(axes):]):
         front[axis % rank(x)], back[axis % rank(x)] = f, b
+    mode = node.attr("mode", "constant")
+    if mode != "constant":  # edge, reflect, wrap: a gather of known indices per padded axis
+        for axis, (f, b) in enumerate(zip(front, back)):
+            if f or b:
+                source = np.pad(np.arange(static_dims(node, x)[axis]), (f, b), mode)
+                x = odla.gather(x, constant(source.astype(np.int64)), axis)
+        return odla.cast(x, x.element_type, value_id=node.id)
     if any(p < 0 for p in front + back):  # negative padding crops
         x = odla.slice(x, [max(-f, 0) for f in front],
                        [(-b if b < 0 else INT_MAX) for b in back], [1] * rank(x))
         front, back = [max(f, 0) for f in front], [max(b, 0) for b in back]
-    if fill == 0:
+    if not isinstance(fill, odla.Value) and fill == 0:
         return odla.pad(x, front, back, value_id=node.id)
-    # Zero padding of x - fill, shifted back: the pad value lands where the zeros were.
-    shift = constant(np.asarray(fill, x.type.dtype))
-    return odla.add(odla.pad(odla.sub(x, shift), front, back), shift, value_id=node.id)
+    # Zero padding, then the fill value (a number, or a scalar known at run time) selected
+    # wherever the padding went.
+    interior = np.pad(np.ones(static_dims(node, x), bool), list(zip(front, back)))
+    if not isinstance(fill, odla.Value):
+        fill = constant(np.asarray(fill, x.type.dtype))
+    return odla.select(constant(interior), odla.pad(x, front, back), fill, value_id=node.id)
 
 
 # -- resizing ----------------------------------------------------------------------------------
@@ -392,3 +410,104 @@ def upsample(node: Node):
     x = node.input(0)
     scales = node.attr("scales") if node.opset < 9 else node.array(1).reshape(-1)
     return _resize(node, x, scales, None, range(rank(x)), "asymmetric", "floor")
+
+
+@converter("CenterCropPad")
+def center_crop_pad(node: Node):
+    x = node.input(0)
+    target = node.ints(1)
+    axes = [a % rank(x) for a in node.attr("axes") or range(rank(x))]
+    sizes = list(static_dims(node, x))
+    start, end = [0] * rank(x), list(sizes)
+    front, back = [0] * rank(x), [0] * rank(x)
+    for axis, size in zip(axes, target):
+        if size < sizes[axis]:  # crop, the window's start rounded down
+            start[axis] = (sizes[axis] - size) // 2
+            end[axis] = start[axis] + size
+        else:  # pad, an odd pixel going to the end
+            front[axis] = (size - sizes[axis]) // 2
+            back[axis] = size - sizes[axis] - front[axis]
+    cropped = odla.slice(x, start, end, [1] * rank(x))
+    return odla.pad(cropped, front, back, value_id=node.id)
+
+
+# -- scattering --------------------------------------------------------------------------------
+
+def _scatter(node: Node, data, updates, destinations, reduction: str):
+    """``data`` with each element of ``updates`` written to (or combined with, by
+    ``reduction``) the element of ``data`` that ``destinations`` (an array of flat indices
+    into data, shaped like updates) names. The indices are known at import, so this is a
+    few gathers and selects: pass r writes the r-th update of every element it reaches."""
+    size = int(np.prod(static_dims(node, data)))
+    flat_data = odla.reshape(data, (size,))
+    flat_updates = odla.reshape(updates, (-1,))
+    order = np.argsort(destinations.reshape(-1), kind="stable")
+    targets = destinations.reshape(-1)[order]
+    result = flat_data
+    for pass_index in range(int(np.bincount(targets, minlength=size).max()) if size else 0):
+        source, reached = np.zeros(size, np.int64), np.zeros(size, bool)
+        for target in np.unique(targets):
+            hits = order[targets == target]
+            if pass_index < len(hits):
+                source[target], reached[target] = hits[pass_index], True
+        update = odla.gather(flat_updates, constant(source), 0)
+        combined = {"none": update, "add": odla.add(result, update),
+                    "mul": odla.mul(result, update), "max": odla.max(result, update),
+                    "min": odla.min(result, update)}[reduction]
+        result = odla.select(constant(reached), combined, result)
+    return odla.reshape(result, dims(data), value_id=node.id)
+
+
+@converter("Scatter")  # ScatterElements' name before opset 11
+@converter("ScatterElements")
+def scatter_elements(node: Node):
+    data, updates = node.input(0), node.input(2)
+    shape = static_dims(node, data)
+    axis = node.attr("axis", 0) % rank(data)
+    indices = node.array(1).astype(np.int64)
+    indices = np.where(indices < 0, indices + shape[axis], indices)
+    positions = list(np.indices(indices.shape))
+    positions[axis] = indices
+    return _scatter(node, data, updates, np.ravel_multi_index(positions, shape),
+                    node.attr("reduction", "none"))
+
+
+@converter("ScatterND")
+def scatter_nd(node: Node):
+    data, updates = node.input(0), node.input(2)
+    shape = static_dims(node, data)
+    indices = node.array(1).astype(np.int64)
+    depth = indices.shape[-1]
+    starts = np.ravel_multi_index(np.moveaxis(np.where(indices < 0, indices + shape[:depth],
+                                                       indices), -1, 0), shape[:depth])
+    inner = int(np.prod(shape[depth:]))  # each index names a slice of this many elements
+    destinations = (starts[..., None] * inner + np.arange(inner)).reshape(dims(updates))
+    return _scatter(node, data, updates, destinations, node.attr("reduction", "none"))
+
+
+@converter("TensorScatter")
+def tensor_scatter(node: Node):
+    """The update written into the cache along ``axis`` from each batch entry's write index."""
+    cache, update = node.input(0), node.input(1)
+    shape = static_dims(node, cache)
+    axis = node.attr("axis") % rank(cache)
+    grid = np.indices(static_dims(node, update))
+    writes = node.array(2, np.zeros(shape[0], np.int64)).astype(np.int64)
+    grid[axis] = grid[axis] + writes[grid[0]]
+    if node.attr("mode") == "circular":
+        grid[axis] %= shape[axis]
+    return _scatter(node, cache, update, np.ravel_multi_index(list(grid), shape), "none")
+
+
+@converter("ReverseSequence")
+def reverse_sequence(node: Node):
+    """Each batch entry's first ``sequence_lens`` steps reversed: a gather of known indices."""
+    x = node.input(0)
+    shape = static_dims(node, x)
+    batch_axis, time_axis = node.attr("batch_axis"), node.attr("time_axis")
+    lengths = node.array(1).astype(np.int64)
+    grid = np.indices(shape)
+    steps, batches = grid[time_axis], grid[batch_axis]
+    length = lengths[batches]
+    source = np.where(steps < length, length - 1 - steps, steps)
+    return odla.gather_elements(x, constant(source), time_axis, value_id=node.id)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ...computation import Value, ValueKind, create_constant
+from ...computation import Value, create_constant
 from ...types import ElementType, OdlaError, Status, ValueType, element_type_of
 
 CONVERTERS: dict[str, list[tuple[int, Callable]]] = {}
@@ -54,12 +54,13 @@ class Unsupported(OdlaError):
 
 
 class InputDataNeeded(Unsupported):
-    """A graph input is used where ODLA needs data when the model is imported (a reshape's
-    target, reduction axes, pads...): importing again with that input's data succeeds."""
+    """Data that ODLA needs when the model is imported (a reshape's target, reduction axes,
+    pads...) is computed from small graph inputs alone: importing again with the data of
+    ``input_ids`` succeeds."""
 
-    def __init__(self, input_id: str, message: str):
+    def __init__(self, input_ids: frozenset, message: str):
         super().__init__(message)
-        self.input_id = input_id
+        self.input_ids = input_ids
 
 
 def element_type(onnx_type: int) -> ElementType:
@@ -87,8 +88,14 @@ def _schema_default(op_type: str, opset: int, name: str):
 class Node:
     """One ONNX node as its converter sees it: operand Values, attributes, constant data."""
 
-    def __init__(self, proto, inputs: list, opset: int, constant_data: Callable):
+    def __init__(self, proto, inputs: list, opset: int, constant_data: Callable,
+                 graph_outputs: frozenset = frozenset(), convert_body: Callable | None = None,
+                 sources: list | None = None):
         self.proto = proto
+        # Per input: the small graph inputs its data derives from (None: not from those alone).
+        self.sources = sources or [None] * len(inputs)
+        self.graph_outputs = graph_outputs
+        self._convert_body = convert_body
         self.op_type = proto.op_type
         self.opset = opset
         self.inputs = inputs  # a Value per input, None where the input is omitted
@@ -127,8 +134,8 @@ class Node:
         if data is None:
             message = (f"input {index} ({value.id!r}) is known only at run time; ODLA's "
                        f"{self.op_type} needs its data when the model is imported")
-            if value.kind is ValueKind.ARGUMENT:
-                raise InputDataNeeded(value.id, message)
+            if self.sources[index]:
+                raise InputDataNeeded(self.sources[index], message)
             raise Unsupported(message)
         return data
 
@@ -142,6 +149,17 @@ class Node:
             return [int(v) for v in self.attrs[attr]]
         data = self.array(index) if index is not None else None
         return default if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
+
+    def body(self, attr: str, inputs: list) -> list[Value]:
+        """Converts the graph attribute ``attr`` (a branch or loop body) into the ODLA body
+        that is open, its inputs bound to ``inputs``; returns its output values."""
+        return self._convert_body(self.attrs[attr], inputs)
+
+    def constant_output(self, array, index: int = 0) -> Value:
+        """A constant as output ``index``, named by it unless it is a graph output (which
+        the importer copies into a computed value of that name)."""
+        name = self.ids[index]
+        return constant(array, None if name in self.graph_outputs else name)
 
     def unsupported(self, what: str) -> Unsupported:
         return Unsupported(f"{self.op_type}: {what}")

@@ -1,0 +1,97 @@
+"""Autotuning: ``tune`` measures schedules for a model's kernels on this machine with
+MetaSchedule and keeps the best in the target's tuning database (targets.tuning), which every
+later compile for that target uses: compile_computation, execute_computation, Session, export.
+
+Where databases live: the ``cache_dir`` argument, else the computation's CACHE_DIR item, else
+$ODLA_TVM_CACHE_DIR, else the user's cache directory (~/.cache/odla-tvm).
+"""
+
+from __future__ import annotations
+
+import os
+from numbers import Real
+
+import targets
+
+from .computation import Computation, _computation, destroy_computation
+from .device import Device, checked_device
+from .types import ItemType, OdlaError, Status
+
+
+def cache_dir_of(computation: Computation, cache_dir=None):
+    """The cache directory to use: ``cache_dir``, else the computation's CACHE_DIR item, else
+    None (the default: $ODLA_TVM_CACHE_DIR or the user's cache directory)."""
+    chosen = cache_dir if cache_dir is not None else computation.items.get(ItemType.CACHE_DIR)
+    if chosen is not None and not isinstance(chosen, (str, os.PathLike)):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"cache directory is a {type(chosen).__name__} ({chosen!r}); expected a path",
+        )
+    return chosen
+
+
+def target_spec(target) -> targets.TargetSpec:
+    """A target from a Device, a target name (``odla-tvm info`` lists them) or None (this CPU)."""
+    if target is None or isinstance(target, Device):
+        return checked_device(target).target
+    if not isinstance(target, str):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"target is a {type(target).__name__}; expected a Device, a target name or None",
+        )
+    try:
+        return targets.get_target(target)
+    except KeyError as err:
+        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err.args[0])) from None
+
+
+def _budget(trials, minutes) -> None:
+    if trials is None and minutes is None:
+        raise OdlaError(Status.INVALID_PARAM, "no tuning budget; give trials, minutes or both")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
+                               or trials < 1):
+        raise OdlaError(Status.INVALID_PARAM, f"trials is {trials!r}; expected an integer >= 1")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, Real)
+                                or not minutes > 0):
+        raise OdlaError(Status.INVALID_PARAM, f"minutes is {minutes!r}; expected a number > 0")
+
+
+def _model_label(model) -> str:
+    """How the database's run log names the model."""
+    if isinstance(model, Computation):
+        return "computation"
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.splitext(os.path.basename(os.fspath(model)))[0]
+    graph = getattr(model, "graph", None)  # an onnx.ModelProto
+    return getattr(graph, "name", "") or "onnx-model"
+
+
+def tune(model, target=None, trials: int | None = None, minutes: float | None = None,
+         cache_dir=None, progress: bool = True) -> targets.TuningReport:
+    """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
+    ``target`` (a Device, a target name, or None for this CPU) and returns what the run did.
+
+    ``trials``: candidates measured for the model's kernels, counting those earlier runs
+    recorded (so an interrupted run given the same budget resumes where it stopped);
+    ``minutes``: a wall-clock limit for this run. Progress shows on a tqdm bar unless
+    ``progress`` is False."""
+    _budget(trials, minutes)
+    spec = target_spec(target)
+    if isinstance(model, Computation):
+        comp, imported = _computation(model), None
+    else:
+        from .frontends.onnx import import_model  # onnx is needed only here
+
+        comp = imported = import_model(model)
+    try:
+        mod = comp.build_module()
+        return targets.tune(mod, spec, trials=trials, minutes=minutes,
+                            cache_dir=cache_dir_of(comp, cache_dir), label=_model_label(model),
+                            progress=progress)
+    except targets.TuningUnavailable as err:
+        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err)) from None
+    except OSError as err:
+        raise OdlaError(Status.FAILURE, f"cannot write the tuning database: {err}") from None
+    finally:
+        if imported is not None:
+            destroy_computation(imported)

@@ -1,0 +1,367 @@
+"""Autotuning with MetaSchedule, and the tuning database each target keeps.
+
+A target's database is ``<cache>/tuning/<target name>-<digest of its key>/``: MetaSchedule's two
+JSON tables (workloads, and one record per measured candidate) and ``target.json``, which names
+the target the records were measured on, the TVM that made them and every tuning run with its
+budget. ``find_database`` hands a target its records for compile_module; records made for
+another target, or another TVM, are never applied (a warning says why).
+
+A run resumes from the records already there: trials recorded for a model's kernels count
+against its trial budget, and the search starts from the best of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import tqdm
+import tvm
+import tvm_ffi
+
+from .registry import TargetSpec, cpu_count
+from .runner import cache_dir as default_cache_dir
+from .runtime import fused_kernels
+
+log = logging.getLogger(__name__)
+
+FAILED_RUN_S = 1e10  # what MetaSchedule records as the run time of a candidate that failed
+_TARGET_FILE = "target.json"
+_WORKLOADS = "database_workload.json"
+_RECORDS = "database_tuning_record.json"
+
+
+class TuningUnavailable(RuntimeError):
+    """Tuning cannot run for this target here; the message says why."""
+
+
+@dataclasses.dataclass
+class TuningReport:
+    """What one tuning run did."""
+
+    target: str
+    directory: Path
+    tasks: int  # kernels tuned (each fused kernel of the model with its own shape)
+    trials_run: int  # candidates measured by this run
+    trials_recorded: int  # candidates measured for the model's kernels, in all runs
+    seconds: float
+    estimated_latency_s: float | None  # sum over kernels of calls x best measured time
+    stopped_by: str  # "trials", "minutes", or "done" (the trial budget was already spent)
+
+    def summary(self) -> str:
+        latency = ("no kernel measured yet" if self.estimated_latency_s is None
+                   else f"best kernels add up to {self.estimated_latency_s * 1e3:.3f} ms")
+        return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
+                f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
+                f"{self.stopped_by}); {latency}; database {self.directory}")
+
+
+class TuningDatabase:
+    """The tuning records of one target in one cache directory."""
+
+    def __init__(self, spec: TargetSpec, cache_dir=None, directory: Path | None = None):
+        """``spec``'s database in ``cache_dir``, or the one in ``directory`` (which may hold
+        another target's records: see foreign_reason)."""
+        self.spec = spec
+        digest = hashlib.sha256(spec.key().encode()).hexdigest()[:12]
+        self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.directory = directory or self.root / "tuning" / f"{spec.name}-{digest}"
+
+    def metadata(self) -> dict:
+        try:
+            return json.loads((self.directory / _TARGET_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def has_records(self) -> bool:
+        path = self.directory / _RECORDS
+        return path.is_file() and path.stat().st_size > 0
+
+    def foreign_reason(self) -> str | None:
+        """Why these records must not be applied to ``spec`` (None when they may)."""
+        meta = self.metadata()
+        if meta.get("target_key") != self.spec.key():
+            return (f"they were measured for target {meta.get('target_key', 'unknown')}, and "
+                    f"{self.spec.name} here compiles for {self.spec.key()}")
+        if meta.get("tvm_version") != tvm.__version__:
+            return (f"TVM {meta.get('tvm_version', 'unknown')} made them; this is TVM "
+                    f"{tvm.__version__}")
+        return None
+
+    def tuned_for(self, mod: tvm.IRModule) -> bool:
+        """Whether ``mod``'s architecture (its structure, whatever its weights) was tuned into
+        this database: compiles look no further for any other model, since checking its
+        kernels means lowering and fusing it first (a second or more)."""
+        return _architecture(mod) in self.metadata().get("models", [])
+
+    def records(self):
+        """The MetaSchedule database for compiling, loaded once per process while its files
+        stay the same: loading parses every workload (seconds)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        files = (self.directory / _WORKLOADS, self.directory / _RECORDS)
+        stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        loaded = _loaded.get(self.directory)
+        if loaded is None or loaded[0] != stamp:
+            loaded = _loaded[self.directory] = (stamp, ms.database.JSONDatabase(
+                str(files[0]), str(files[1]), allow_missing=False))
+        return loaded[1]
+
+    def open(self):
+        """The MetaSchedule database to tune into (made on first use)."""
+        from tvm.s_tir import meta_schedule as ms  # MetaSchedule loads slowly; only when needed
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not (self.directory / _TARGET_FILE).is_file():
+            self._write_metadata({"target_name": self.spec.name, "target": self.spec.target,
+                                  "target_key": self.spec.key(), "tvm_version": tvm.__version__,
+                                  "runs": []})
+        return ms.database.JSONDatabase(work_dir=str(self.directory))
+
+    def add_model(self, mod: tvm.IRModule) -> None:
+        meta = self.metadata()
+        if _architecture(mod) not in meta.setdefault("models", []):
+            meta["models"].append(_architecture(mod))
+            self._write_metadata(meta)
+
+    def add_run(self, run: dict) -> None:
+        meta = self.metadata()
+        meta.setdefault("runs", []).append(run)
+        self._write_metadata(meta)
+
+    def _write_metadata(self, meta: dict) -> None:
+        tmp = self.directory / f".{_TARGET_FILE}.tmp"
+        tmp.write_text(json.dumps(meta, indent=1))
+        tmp.replace(self.directory / _TARGET_FILE)
+
+    def measurements(self) -> dict[str, tuple[int, float | None]]:
+        """Per workload (MetaSchedule's structural hash): trials recorded and the best run
+        time in seconds (None when every trial failed). Read from the tables directly:
+        loading them into TVM parses every trace."""
+        try:
+            with open(self.directory / _WORKLOADS) as f:
+                hashes = [json.loads(line)[0] for line in f if line.strip()]
+            with open(self.directory / _RECORDS) as f:
+                records = [json.loads(line) for line in f if line.strip()]
+        except OSError:
+            return {}
+        found: dict[str, tuple[int, float | None]] = {}
+        for workload, (_trace, run_secs, *_rest) in records:
+            count, best = found.get(hashes[workload], (0, None))
+            seconds = sum(run_secs) / len(run_secs) if run_secs else FAILED_RUN_S
+            if seconds < FAILED_RUN_S and (best is None or seconds < best):
+                best = seconds
+            found[hashes[workload]] = (count + 1, best)
+        return found
+
+
+_warned: set[tuple[str, str]] = set()
+_loaded: dict[Path, tuple[tuple, object]] = {}  # directory -> (file stamps, MetaSchedule database)
+
+
+def _warn_once(directory: Path, reason: str) -> None:
+    if (str(directory), reason) not in _warned:
+        _warned.add((str(directory), reason))
+        log.warning("ignoring the tuning records in %s: %s; tune for this target to get its own",
+                    directory, reason)
+
+
+def find_database(spec: TargetSpec, cache_dir=None) -> TuningDatabase | None:
+    """The database of records tuned for ``spec`` in ``cache_dir`` (default: the user's cache,
+    or $ODLA_TVM_CACHE_DIR), for compile_module; None when there is none. Records of the same
+    target name made for another key (another CPU, say) are ignored with a warning."""
+    if "database" not in spec.schedules:
+        return None
+    database = TuningDatabase(spec, cache_dir)
+    if database.has_records():
+        reason = database.foreign_reason()
+        if reason is None:
+            return database
+        _warn_once(database.directory, reason)
+        return None
+    for other in sorted((database.root / "tuning").glob(f"{spec.name}-*")):
+        if other != database.directory and (other / _RECORDS).is_file():
+            reason = TuningDatabase(spec, directory=other).foreign_reason()
+            _warn_once(other, reason or "its directory names another target")
+    return None
+
+
+def _build_candidate(mod, target, _params):
+    """MetaSchedule's default_build without its import of every tensor intrinsic, which takes
+    ~25 s in each builder process (its pool restarts for every batch); a candidate reaches
+    the builder with any tensorization already applied."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm.driver.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target)
+
+
+def _architecture(mod: tvm.IRModule) -> str:
+    return str(tvm_ffi.structural_hash(mod, skip_tensor_content=True))
+
+
+def _task_hash(task) -> str:
+    return str(tvm_ffi.structural_hash(task.dispatched[0]))
+
+
+def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
+         minutes: float | None = None, cache_dir=None, label: str = "model",
+         progress: bool = True) -> TuningReport:
+    """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine,
+    and adds the records to the target's database. ``trials``: candidates measured for the
+    model's kernels in all runs together (what earlier runs recorded counts); ``minutes``: the
+    wall-clock limit of this run, checked after each batch. ``label`` names the model in the
+    database's run log."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if not spec.runs_here():
+        raise TuningUnavailable(
+            f"tuning measures candidates on the device, and {spec.name} code cannot run on this "
+            f"machine ({spec.arch}, {spec.device_kind}); tune on a machine of that kind")
+    started = time.monotonic()
+    target = spec.tvm_target()
+    tasks = _heaviest(ms.relax_integration.extract_tasks(fused_kernels(mod, spec), target))
+    database = TuningDatabase(spec, cache_dir)
+    if database.has_records() and database.foreign_reason():
+        raise TuningUnavailable(f"{database.directory} holds records it cannot extend: "
+                                f"{database.foreign_reason()}; remove it or use another cache dir")
+    ms_database = database.open()
+    database.add_model(mod)
+    recorded = database.measurements()
+    hashes = [_task_hash(t) for t in tasks]
+    done = sum(recorded.get(h, (0, None))[0] for h in hashes)
+    budget = (trials - done) if trials is not None else 1 << 30
+    if not tasks or budget <= 0:
+        return _report(spec, database, tasks, hashes, 0, started, "done")
+    # The budget split so that every kernel gets a batch; a time budget is checked between
+    # batches, so its batches are smaller.
+    per_batch = max(1, min(64 if minutes is None else 8, budget // len(tasks)))
+    progress_bar = _Progress(tasks, hashes, recorded, budget if trials is not None else None,
+                             started + minutes * 60 if minutes is not None else None,
+                             f"tuning {label} for {spec.name}", progress)
+    with _quiet_meta_schedule():
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            tasks, str(database.directory), strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=min(512, max(64, 8 * per_batch)),
+                init_min_unmeasured=min(50, max(8, 2 * per_batch))),
+            num_threads=cpu_count())
+        try:
+            ms.tune_tasks(
+                tasks=contexts, task_weights=weights, work_dir=str(database.directory),
+                max_trials_global=budget, num_trials_per_iter=per_batch,
+                # The default 30 s is too short for a large convolution on 2 busy cores.
+                builder=ms.builder.LocalBuilder(f_build=_build_candidate, timeout_sec=60,
+                                                max_workers=cpu_count()),
+                runner=ms.runner.LocalRunner(timeout_sec=60),
+                database=ms_database, measure_callbacks=[*ms.MeasureCallback.create("default"),
+                                                         progress_bar.callback()],
+                # Round robin records each batch as it is measured (so an interrupted run keeps
+                # it, and a time budget can stop between batches); the gradient scheduler
+                # records nothing until every kernel has had its first batch.
+                task_scheduler="round-robin")
+        finally:
+            progress_bar.close()
+    stopped_by = "minutes" if progress_bar.out_of_time else "trials"
+    report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by)
+    database.add_run({"label": label, "trials": report.trials_run, "seconds": report.seconds,
+                      "tasks": report.tasks, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    return report
+
+
+def _heaviest(tasks: list, share: float = 0.995) -> list:
+    """The tasks that together do ``share`` of the model's arithmetic, heaviest first: trials
+    go where the time goes (a reshape or a concatenation has nothing to tune)."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    flops = {id(t): estimate_tir_flops(t.dispatched[0]) * t.weight for t in tasks}
+    total = sum(flops.values())
+    kept, done = [], 0.0
+    for task in sorted(tasks, key=lambda t: -flops[id(t)]):
+        if kept and done >= share * total:
+            break
+        kept.append(task)
+        done += flops[id(task)]
+    return kept
+
+
+def _report(spec, database, tasks, hashes, trials_run, started, stopped_by) -> TuningReport:
+    recorded = database.measurements()
+    found = [recorded.get(h, (0, None)) for h in hashes]
+    best = [task.weight * b for task, (_count, b) in zip(tasks, found) if b is not None]
+    return TuningReport(spec.name, database.directory, len(tasks), trials_run,
+                        sum(count for count, _ in found), time.monotonic() - started,
+                        sum(best) if best else None, stopped_by)
+
+
+@contextlib.contextmanager
+def _quiet_meta_schedule():
+    """MetaSchedule prints every task table to the console; keep warnings there (its full
+    logs still go to the database's logs/ directory). Its logging set-up also fails on a
+    handler without a name (pytest's log capture adds some), so those step aside meanwhile."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    level, unnamed = logger.level, [h for h in logger.handlers if h.get_name() is None]
+    logger.setLevel(logging.WARNING)
+    for handler in unnamed:
+        logger.removeHandler(handler)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        for handler in unnamed:
+            logger.addHandler(handler)
+
+
+class _Progress:
+    """A tqdm bar over the trials: kernels done, the model's best kernel time so far (calls x
+    best time, summed over measured kernels), and the time left of a minutes budget. Ends
+    every task once that time is up."""
+
+    def __init__(self, tasks, hashes, recorded, total, deadline, description, enabled):
+        self.weights = [t.weight for t in tasks]
+        self.best = [recorded.get(h, (0, None))[1] for h in hashes]
+        self.deadline = deadline
+        self.trials = 0
+        self.out_of_time = False
+        self.bar = tqdm.tqdm(total=total, desc=description, unit="trial", disable=not enabled)
+
+    def callback(self):
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+        progress = self
+
+        @derived_object
+        class ProgressCallback(PyMeasureCallback):
+            def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+                      runner_results):
+                progress.update(task_scheduler, task_id, runner_results)
+
+        return ProgressCallback()
+
+    def update(self, scheduler, task_id: int, runner_results) -> None:
+        for result in runner_results:
+            if result.error_msg is None and result.run_secs:
+                seconds = sum(float(s) for s in result.run_secs) / len(result.run_secs)
+                if self.best[task_id] is None or seconds < self.best[task_id]:
+                    self.best[task_id] = seconds
+        self.trials += len(runner_results)
+        records = scheduler.tasks_
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.out_of_time = True
+            for i, record in enumerate(records):
+                if not record.is_terminated:
+                    scheduler.terminate_task(i)
+        measured = [w * b for w, b in zip(self.weights, self.best) if b is not None]
+        postfix = {"kernels done": f"{sum(bool(r.is_terminated) for r in records)}/{len(records)}",
+                   "best": f"{sum(measured) * 1e3:.3f} ms" if measured else "-"}
+        if self.deadline is not None:
+            postfix["left"] = f"{max(0.0, self.deadline - time.monotonic()) / 60:.1f} min"
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(len(runner_results))
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,113 @@
+"""Target specs: the host CPU, a generic AVX2 x86-64 CPU, aarch64 Linux and CUDA; a CNN
+compiles for each on this machine, runs where it can and agrees with the host CPU; and the
+runtime's lean run path (staged inputs, copied outputs) keeps results right."""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import tvm
+
+import odla_tvm as odla
+import targets
+from odla_tvm import ElementType as E
+from odla_tvm import ValueType as VT
+from odla_tvm.demo import build_small_cnn
+from targets.runtime import compile_module
+
+HAS_AVX2 = targets.get_target("x86-64-avx2").runs_here()
+HAS_GPU = tvm.cuda(0).exist
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    """The demo CNN's module, an input and the host CPU's result."""
+    mod = build_small_cnn(batch=1).build_module()
+    images = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    (expected,) = compile_module(mod, targets.host_cpu()).run([images])
+    return mod, images, expected
+
+
+def test_builtin_targets_describe_what_they_compile_to():
+    names = {spec.name for spec in targets.available_targets()}
+    assert {"host-cpu", "x86-64-avx2", "cuda"} <= names
+    assert "aarch64-linux" in names or os.uname().machine == "aarch64"
+    host = targets.get_target("host-cpu")
+    assert host.target["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
+    assert host.schedules == ("database",) and host.runs_here()
+    avx2 = targets.get_target("x86-64-avx2")
+    assert avx2.target["mcpu"] == "x86-64-v3" and avx2.cpu_flags == ("avx2", "fma")
+    cuda = targets.get_target("cuda")
+    assert cuda.target == {"kind": "cuda", "arch": "sm_90"} and cuda.device_kind == "cuda"
+    assert cuda.schedules == ("database", "dlight") and cuda.runs_here() == HAS_GPU
+    # The key is what stored code is checked against: distinct per target, stable per spec.
+    assert len({spec.key() for spec in targets.available_targets()}) == len(names)
+    assert host.key() == str(host.tvm_target())
+
+
+def test_a_spec_names_only_known_schedule_sources():
+    with pytest.raises(ValueError, match="unknown schedule sources \\['vendor'\\]"):
+        dataclasses.replace(targets.host_cpu(), name="odd", schedules=("vendor",))
+
+
+def test_cnn_compiles_for_cuda_without_a_gpu(cnn):
+    mod, _, _ = cnn
+    module = compile_module(mod, targets.get_target("cuda"))
+    host_code = module.library.mod.imports[0]
+    device_code = [m for m in host_code.imports if m.kind == "cuda"]
+    assert host_code.kind == "llvm" and device_code, [m.kind for m in host_code.imports]
+    # dlight scheduled every fused kernel: the GPU code has one entry per kernel.
+    assert module.kernel_bindings and all(
+        name in device_code[0].inspect_source() for name in module.kernel_bindings)
+    assert module.tuned_kernels == []  # no tuning records were given
+
+
+def test_cnn_compiles_for_aarch64_on_this_machine(cnn):
+    mod, _, _ = cnn
+    spec = targets.registry.AARCH64_LINUX
+    module = compile_module(mod, spec)
+    assembly = module.library.mod.imports[0].inspect_source("asm")
+    assert "fmla" in assembly or "fmul" in assembly  # Arm floating-point instructions
+    if os.uname().machine != "aarch64":
+        with pytest.raises(RuntimeError, match="cannot run on this"):
+            module.run([np.zeros((1, 3, 32, 32), np.float32)])
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="this CPU lacks AVX2 or FMA: x86-64-avx2 code cannot "
+                    "run here (it is still compiled by test_builtin_targets)")
+def test_generic_avx2_code_runs_here_and_matches_the_host(cnn):
+    mod, images, expected = cnn
+    module = compile_module(mod, targets.get_target("x86-64-avx2"))
+    assert "vfmadd" in module.library.mod.imports[0].inspect_source("asm")  # FMA in use
+    np.testing.assert_allclose(module.run([images])[0], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine: the CUDA module is "
+                    "compiled (test_cnn_compiles_for_cuda_without_a_gpu) but cannot run")
+def test_cuda_module_runs_and_matches_the_cpu(cnn):
+    mod, images, expected = cnn
+    module = compile_module(mod, targets.get_target("cuda"))
+    np.testing.assert_allclose(module.run([images])[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_runs_copy_results_and_reuse_staging_correctly():
+    """Outputs never alias inputs (a reshape returns a view in TVM), staged input buffers
+    follow new shapes and new data, and the same array runs again with its new contents."""
+    comp = odla.create_computation()
+    odla.set_computation_item(comp, odla.ItemType.DYNAMIC_BATCH, True)
+    x = odla.create_argument(VT(E.FLOAT32, (-1, 4)), "x")
+    odla.set_values_as_output([odla.reshape(x, (-1, 2, 2)), odla.add(x, x)])
+    module = odla.compile_computation(comp).module
+    raw = np.arange(9, dtype=np.float32)
+    unaligned = raw[1:] if raw.ctypes.data % 64 == 0 else raw[:8]  # never 64-byte aligned
+    unaligned = unaligned.reshape(2, 4)
+    view, doubled = module.run([unaligned])
+    np.testing.assert_array_equal(view.reshape(2, 4), unaligned)
+    view[...] = -1
+    assert (unaligned >= 0).all()  # the result was a copy
+    unaligned += 1  # the same array, new contents
+    np.testing.assert_array_equal(module.run([unaligned])[1], 2 * unaligned)
+    three = np.full((3, 4), 7, np.float32)
+    np.testing.assert_array_equal(module.run([three])[1], 14 * np.ones((3, 4)))
+    np.testing.assert_array_equal(module.run([unaligned])[1], 2 * unaligned)
