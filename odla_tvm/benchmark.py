@@ -50,7 +50,7 @@ class ModelTimes:
     tuned_kernels: int = 0  # kernels that took a schedule from the tuning database
     tuning_trials: int = 0  # trials the database's run log spent on this model
     tuning_minutes: float = 0.0
-    runs: int = 0  # timed runs per path (fewer for slow paths)
+    runs: int = 0  # timed runs of the path that had fewest (slow paths stop sooner)
     outputs_match: bool | None = None  # ODLA-TVM's outputs against onnxruntime's
     error: str = ""
 
@@ -146,13 +146,15 @@ def bench_model(case, threads: int, runs: int, cache_dir=None) -> ModelTimes:
     with tempfile.TemporaryDirectory() as no_records:
         untuned = _session(case.model, no_records)
     outputs = untuned.run(feeds)
-    result.untuned_s, _ = median_latency(lambda: untuned.run(feeds), runs=runs)
+    result.untuned_s, timed = median_latency(lambda: untuned.run(feeds), runs=runs)
+    result.runs = min(result.runs, timed)
     tuning_dir = cache_dir if cache_dir is not None else default_cache_dir()
     tuned = _session(case.model, tuning_dir)
     result.tuned_kernels = len(tuned.executable.module.tuned_kernels)
     if result.tuned_kernels:
         outputs = tuned.run(feeds)
-        result.tuned_s, _ = median_latency(lambda: tuned.run(feeds), runs=runs)
+        result.tuned_s, timed = median_latency(lambda: tuned.run(feeds), runs=runs)
+        result.runs = min(result.runs, timed)
     result.outputs_match = all(np.allclose(o, e, rtol=MATCH_RTOL, atol=MATCH_ATOL)
                                for o, e in zip(outputs, expected, strict=True))
     log = targets.TuningDatabase(targets.host_cpu(), tuning_dir).metadata().get("runs", [])
@@ -215,7 +217,8 @@ def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
         "",
         f"Batch 1, {threads} threads for both (TVM_NUM_THREADS, onnxruntime's "
         "intra_op_num_threads), the same inputs; each figure is the median of the timed runs "
-        "after one warm-up run. *Untuned*: ODLA-TVM compiled with no tuning records (TVM's "
+        "after one warm-up run (*runs*: 5, or at least 3 for a path whose runs took 30 s "
+        "together). *Untuned*: ODLA-TVM compiled with no tuning records (TVM's "
         "generic build, one unscheduled kernel per op). *Tuned*: compiled with the host-cpu "
         "tuning database (`odla-tvm tune`), for models it has records for; *kernels* counts "
         "the kernels that took a tuned schedule. Ratios are ODLA-TVM's latency over "

@@ -2,8 +2,9 @@
 
 A target's database is ``<cache>/tuning/<target name>-<digest of its key>/``: MetaSchedule's two
 JSON tables (workloads, and one record per measured candidate) and ``target.json``, which names
-the target the records were measured on, the TVM that made them and every tuning run with its
-budget. ``find_database`` hands a target its records for compile_module; records made for
+the target the records were measured on, the TVM that made them, the models tuned into it (by
+architecture) and every tuning run with its budget. ``find_database`` hands a target its
+database for compile_module, which applies the records to those models; records made for
 another target, or another TVM, are never applied (a warning says why).
 
 A run resumes from the records already there: trials recorded for a model's kernels count

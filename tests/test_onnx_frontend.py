@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 from odla_tvm import OdlaError, Status
 from odla_tvm.frontends import onnx_backend
-from odla_tvm.frontends.onnx import import_model
+from odla_tvm.frontends.onnx import InputDataNeeded, import_model
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -171,9 +171,10 @@ def test_unsupported_ops_are_listed_with_counts_before_compiling():
 
 
 def test_unsupported_feature_of_a_supported_op_names_the_node():
-    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")],
-                       [tensor("x", F, [4])], [tensor("y", F, [6])], [init("pads", [1, 1])])
-    with pytest.raises(OdlaError, match=r"ONNX node 'y' \(Pad\): Pad: mode 'reflect'"):
+    model = make_model([helper.make_node("Dropout", ["x", "ratio", "training"], ["y"])],
+                       [tensor("x", F, [4])], [tensor("y", F, [4])],
+                       [init("ratio", np.float32(0.5)), init("training", np.bool_(True))])
+    with pytest.raises(OdlaError, match=r"ONNX node 'y' \(Dropout\): Dropout: training mode"):
         import_model(model)
 
 
@@ -221,3 +222,20 @@ def test_backend_prepare_run_with_list_dict_and_run_node():
     np.testing.assert_allclose(node_out, a * a)
     assert onnx_backend.supports_device("CPU")
     assert onnx_backend.OdlaBackend.is_compatible(model)
+
+
+def test_backend_compiles_for_the_data_of_small_inputs_odla_needs_at_import():
+    """Reduction axes given as a graph input: ODLA's reductions take their axes when the
+    model is built, so the backend compiles for the axes each run brings."""
+    model = make_model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                       [tensor("x", F, [2, 3, 4]), tensor("axes", TensorProto.INT64, [1])],
+                       [tensor("y", F, ["reduced0", "reduced1"])])
+    with pytest.raises(InputDataNeeded) as err:
+        import_model(model)
+    assert err.value.input_ids == {"axes"}
+    rep = onnx_backend.prepare(model)
+    x = rand(2, 3, 4)
+    for axis in (1, -1, 1):
+        (y,) = rep.run([x, np.array([axis], np.int64)])
+        np.testing.assert_allclose(y, x.sum(axis=axis), rtol=1e-5, atol=1e-6)
+    assert rep.data_inputs == ["axes"] and len(rep._sessions) == 2

@@ -54,7 +54,7 @@ def load_model(model) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
-        proto = _parse(bytes(model), "the model bytes")
+        proto = _parse(bytes(model))
     else:
         try:
             path = os.fspath(model)
@@ -80,13 +80,13 @@ def load_model(model) -> onnx.ModelProto:
     return _upgraded(proto)
 
 
-def _parse(blob: bytes, what: str) -> onnx.ModelProto:
+def _parse(blob: bytes) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(blob)
     except (DecodeError, ValueError, RuntimeError) as err:
-        raise OdlaError(Status.INVALID_PARAM, f"{what} are not an ONNX model (malformed or "
-                        f"truncated): {err}") from None
+        raise OdlaError(Status.INVALID_PARAM, "the model bytes are not an ONNX model (malformed "
+                        f"or truncated): {err}") from None
     return proto
 
 

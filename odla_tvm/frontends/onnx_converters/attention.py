@@ -9,7 +9,17 @@ import numpy as np
 
 import odla_tvm as odla
 
-from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
+from .registry import (
+    INT_MAX,
+    Node,
+    constant,
+    converter,
+    dims,
+    element_type,
+    rank,
+    static_dims,
+    widened,
+)
 
 
 def _split_heads(node: Node, x, heads: int):
@@ -101,7 +111,7 @@ def attention(node: Node):
     kv_heads, kv_len = static_dims(node, present_key)[1:3]
     output_type = q.element_type
     # 16-bit floats are computed in float32 and rounded once at the end, as onnxruntime does.
-    q, keys, values, mask = (_widened(x) for x in (q, present_key, present_value, mask))
+    q, keys, values, mask = (widened(x) for x in (q, present_key, present_value, mask))
     dtype = q.type.dtype
 
     bias = _Bias(dtype)
@@ -145,16 +155,6 @@ def attention(node: Node):
     qk_output = {2: with_bias, 3: probabilities}.get(mode, scores)
     return [_named(y, node, 0, output_type), _named(present_key, node, 1, output_type),
             _named(present_value, node, 2, output_type), _named(qk_output, node, 3, output_type)]
-
-
-_HALF_TYPES = (odla.ElementType.FLOAT16, odla.ElementType.BFLOAT16)
-
-
-def _widened(x):
-    """A 16-bit float value in float32; others as they are."""
-    if x is None or x.element_type not in _HALF_TYPES:
-        return x
-    return odla.cast(x, odla.ElementType.FLOAT32)
 
 
 def _named(value, node: Node, index: int, element_type):
@@ -202,3 +202,65 @@ def rotary_embedding(node: Node):
     if len(shape) == 4:
         return odla.transpose(part, (0, 2, 1, 3), value_id=node.id)
     return odla.reshape(part, shape, value_id=node.id)
+
+
+def _step(x, index: int):
+    """``x[:, :, index]`` of a (batch, heads, time, size) value: (batch, heads, size)."""
+    batch, heads, _, size = dims(x)
+    part = odla.slice(x, [0, 0, index, 0], [batch, heads, index + 1, size], [1, 1, 1, 1])
+    return odla.reshape(part, (batch, heads, size))
+
+
+def _float32(x):
+    return x if x is None or x.element_type == odla.ElementType.FLOAT32 \
+        else odla.cast(x, odla.ElementType.FLOAT32)
+
+
+@converter("LinearAttention")
+def linear_attention(node: Node):
+    """The recurrence of linear attention run step by step over the (known) time axis, in
+    float32: the state (batch, kv heads, key size, value size) decays (gated rules), is
+    corrected by what it retrieves for the key (delta rules) and gains the key-value outer
+    product; each step's output reads it with the query."""
+    query, key, value, past, decay, beta = (node.input(i) for i in range(6))
+    rule = node.attr("update_rule", "gated_delta")
+    q_heads, kv_heads = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    batch, steps, q_hidden = static_dims(node, query)
+    key_size, value_size = q_hidden // q_heads, static_dims(node, value)[2] // kv_heads
+    q = _split_heads(node, _float32(query), q_heads)
+    k = _split_heads(node, _float32(key), kv_heads)
+    v = _split_heads(node, _float32(value), kv_heads)
+    if rule in ("gated", "gated_delta"):
+        decay = _float32(decay)
+        per_head = dims(decay)[2] == kv_heads
+        decay = odla.transpose(odla.reshape(decay, (batch, steps, kv_heads, 1)), (0, 2, 1, 3)) \
+            if per_head else _split_heads(node, decay, kv_heads)
+    if rule in ("delta", "gated_delta"):
+        width = dims(beta)[2]
+        beta = odla.transpose(odla.reshape(_float32(beta), (batch, steps, width, 1)),
+                              (0, 2, 1, 3))
+    state = _float32(past) if past is not None else \
+        constant(np.zeros((batch, kv_heads, key_size, value_size), np.float32))
+    scale = constant(np.float32(node.attr("scale") or 1 / math.sqrt(key_size)))
+    outputs = []
+    for t in range(steps):
+        k_t, v_t = _step(k, t), _step(v, t)
+        if rule in ("gated", "gated_delta"):
+            g_t = _step(decay, t)
+            state = odla.mul(state, odla.exp(odla.reshape(g_t, dims(g_t) + (1,))))
+        if rule in ("delta", "gated_delta"):
+            keys = odla.reshape(k_t, (batch, kv_heads, 1, key_size))
+            retrieved = odla.reshape(odla.batch_mat_mul(keys, False, state, False),
+                                     (batch, kv_heads, value_size))
+            v_t = odla.mul(_step(beta, t), odla.sub(v_t, retrieved))
+        outer = odla.mul(odla.reshape(k_t, (batch, kv_heads, key_size, 1)),
+                         odla.reshape(v_t, (batch, kv_heads, 1, value_size)))
+        state = odla.add(state, outer)
+        read = state if q_heads == kv_heads else _repeat_heads(state, q_heads // kv_heads)
+        q_t = odla.reshape(_step(q, t), (batch, q_heads, 1, key_size))
+        outputs.append(odla.mul(odla.batch_mat_mul(q_t, False, read, False), scale))
+    y = odla.reshape(odla.transpose(odla.concat(outputs, 2), (0, 2, 1, 3)),
+                     (batch, steps, q_heads * value_size))
+    state_type = past.element_type if past is not None else query.element_type
+    return [odla.cast(y, query.element_type, value_id=node.id),
+            _named(state, node, 1, state_type)]

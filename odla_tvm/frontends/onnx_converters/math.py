@@ -216,3 +216,38 @@ def cum_prod(node: Node):
         running = part if running is None else odla.mul(running, part)
         products[start] = before if node.attr("exclusive", 0) else running
     return odla.concat([products[i] for i in range(length)], axis, value_id=node.id)
+
+
+@converter("BitwiseNot")
+def bitwise_not(node: Node):
+    x = node.input(0)
+    if np.issubdtype(x.type.dtype, np.unsignedinteger):  # ~x = max - x
+        return odla.sub(constant(np.asarray(np.iinfo(x.type.dtype).max, x.type.dtype)), x,
+                        value_id=node.id)
+    return odla.sub(odla.neg(x), constant(np.ones((), x.type.dtype)), value_id=node.id)  # -x - 1
+
+
+def _bitwise(combine):
+    """A bitwise op composed bit by bit (ODLA's And, Or and Xor are logical): bit k of each
+    operand is (x >> k) mod 2, and the combined bits are shifted back into place."""
+    def convert(node: Node):
+        a, b = node.input(0), node.input(1)
+        dtype = a.type.dtype
+
+        def number(n):
+            return constant(np.asarray(n, dtype))
+
+        result = None
+        for k in range(np.iinfo(dtype).bits):
+            bit_a, bit_b = (odla.mod(odla.shift(v, number(k), False), number(2), 0)
+                            for v in (a, b))
+            bits = odla.shift(combine(bit_a, bit_b, number), number(k), True)
+            result = bits if result is None else odla.add(result, bits)
+        return odla.cast(result, a.element_type, value_id=node.id)
+
+    return convert
+
+
+converter("BitwiseAnd")(_bitwise(lambda a, b, number: odla.mul(a, b)))
+converter("BitwiseOr")(_bitwise(lambda a, b, number: odla.sub(odla.add(a, b), odla.mul(a, b))))
+converter("BitwiseXor")(_bitwise(lambda a, b, number: odla.mod(odla.add(a, b), number(2), 0)))

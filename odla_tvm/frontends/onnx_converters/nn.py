@@ -11,7 +11,7 @@ from odla_tvm import ElementType as E
 from odla_tvm import MemoryLayout as L
 from odla_tvm import ValueType as VT
 
-from .registry import Node, constant, converter, dims, rank, scalar, static_dims
+from .registry import Node, constant, converter, dims, rank, scalar, static_dims, widened
 
 CF = L.CHANNELS_FIRST
 
@@ -283,14 +283,27 @@ converter("Hardmax")(_softmax_like(odla.hardmax))
 
 @converter("BatchNormalization")
 def batch_normalization(node: Node):
-    if any(node.wants(i) for i in range(1, len(node.ids))) or node.attr("training_mode", 0):
-        raise node.unsupported("training mode (running statistics outputs); ODLA's "
-                               "BatchNormalization is for inference")
     if node.opset < 9 and node.attr("spatial", 1) == 0:
         raise node.unsupported("spatial=0 (per-activation statistics)")
     x, scale, offset, mean, var = node.inputs[:5]
-    return odla.batch_normalization(x, CF, mean, var, node.attr("epsilon"), scale, offset,
-                                    value_id=node.id)
+    if not node.attr("training_mode", 0):
+        return odla.batch_normalization(x, CF, mean, var, node.attr("epsilon"), scale, offset,
+                                        value_id=node.id)
+    # Training: normalized by the batch's statistics, which also update the running ones.
+    axes = [0] + list(range(2, rank(x)))
+    batch_mean = odla.reduce_mean(x, len(axes), axes, False)
+    centered = odla.sub(x, odla.reshape(batch_mean, [-1] + [1] * (rank(x) - 2)))
+    batch_var = odla.reduce_mean(odla.mul(centered, centered), len(axes), axes, False)
+    y = odla.batch_normalization(x, CF, batch_mean, batch_var, node.attr("epsilon"), scale,
+                                 offset, value_id=node.id)
+    momentum = node.attr("momentum")
+
+    def running(old, new, index):
+        return odla.add(odla.mul(old, scalar(old, momentum)),
+                        odla.mul(new, scalar(new, 1 - momentum)),
+                        value_id=node.ids[index] if node.wants(index) else None)
+
+    return [y, running(mean, batch_mean, 1), running(var, batch_var, 2)]
 
 
 @converter("InstanceNormalization")
@@ -520,16 +533,19 @@ def swiglu(node: Node):
 def causal_conv_with_state(node: Node):
     """A depthwise 1-d convolution over the past state followed by the input; the new state
     is the last (kernel - 1) positions of that sequence."""
-    x, weight, bias, past = node.input(0), node.input(1), node.input(2), node.input(3)
+    x = node.input(0)
     batch, channels, _ = static_dims(node, x)
-    kernel = dims(weight)[2]
+    kernel = dims(node.input(1))[2]
+    past = node.input(3)
     if past is None:
         past = constant(np.zeros((batch, channels, kernel - 1), x.type.dtype))
     sequence = odla.concat([past, x], 2)
-    y = odla.conv(sequence, CF, channels, weight, L.OIS, [1], [1], [0], [0], bias=bias)
+    # 16-bit floats in float32, as onnxruntime computes them.
+    y = odla.conv(widened(sequence), CF, channels, widened(node.input(1)), L.OIS, [1], [1],
+                  [0], [0], bias=widened(node.input(2)))
     if node.attr("activation", "none") in ("silu", "swish"):
         y = odla.swish(y)
-    output = odla.cast(y, y.element_type, value_id=node.id)
+    output = odla.cast(y, x.element_type, value_id=node.id)
     length = dims(sequence)[2]
     state = odla.slice(sequence, [0, 0, length - (kernel - 1)], [batch, channels, length],
                        [1, 1, 1], value_id=node.ids[1] if node.wants(1) else None)

@@ -433,7 +433,7 @@ def center_crop_pad(node: Node):
 
 # -- scattering --------------------------------------------------------------------------------
 
-def _scatter(node: Node, data, updates, destinations, reduction: str):
+def _scatter(node: Node, data, updates, destinations, reduction: str, value_id=None):
     """``data`` with each element of ``updates`` written to (or combined with, by
     ``reduction``) the element of ``data`` that ``destinations`` (an array of flat indices
     into data, shaped like updates) names. The indices are known at import, so this is a
@@ -455,7 +455,7 @@ def _scatter(node: Node, data, updates, destinations, reduction: str):
                     "mul": odla.mul(result, update), "max": odla.max(result, update),
                     "min": odla.min(result, update)}[reduction]
         result = odla.select(constant(reached), combined, result)
-    return odla.reshape(result, dims(data), value_id=node.id)
+    return odla.reshape(result, dims(data), value_id=value_id)
 
 
 @converter("Scatter")  # ScatterElements' name before opset 11
@@ -469,7 +469,7 @@ def scatter_elements(node: Node):
     positions = list(np.indices(indices.shape))
     positions[axis] = indices
     return _scatter(node, data, updates, np.ravel_multi_index(positions, shape),
-                    node.attr("reduction", "none"))
+                    node.attr("reduction", "none"), node.id)
 
 
 @converter("ScatterND")
@@ -482,7 +482,7 @@ def scatter_nd(node: Node):
                                                        indices), -1, 0), shape[:depth])
     inner = int(np.prod(shape[depth:]))  # each index names a slice of this many elements
     destinations = (starts[..., None] * inner + np.arange(inner)).reshape(dims(updates))
-    return _scatter(node, data, updates, destinations, node.attr("reduction", "none"))
+    return _scatter(node, data, updates, destinations, node.attr("reduction", "none"), node.id)
 
 
 @converter("TensorScatter")
@@ -496,7 +496,8 @@ def tensor_scatter(node: Node):
     grid[axis] = grid[axis] + writes[grid[0]]
     if node.attr("mode") == "circular":
         grid[axis] %= shape[axis]
-    return _scatter(node, cache, update, np.ravel_multi_index(list(grid), shape), "none")
+    return _scatter(node, cache, update, np.ravel_multi_index(list(grid), shape), "none",
+                    node.id)
 
 
 @converter("ReverseSequence")
@@ -511,3 +512,30 @@ def reverse_sequence(node: Node):
     length = lengths[batches]
     source = np.where(steps < length, length - 1 - steps, steps)
     return odla.gather_elements(x, constant(source), time_axis, value_id=node.id)
+
+
+@converter("Col2Im")
+def col2im(node: Node):
+    """Columns of sliding blocks summed back into the (padded) image, then unpadded."""
+    x = node.input(0)
+    image, block = node.ints(1), node.ints(2)
+    spatial = len(image)
+    dilations = node.attr("dilations") or [1] * spatial
+    strides = node.attr("strides") or [1] * spatial
+    pads = node.attr("pads") or [0] * (2 * spatial)
+    batch, columns, _ = static_dims(node, x)
+    channels = columns // int(np.prod(block))
+    padded = [i + pads[d] + pads[d + spatial] for d, i in enumerate(image)]
+    counts = [(p - (b - 1) * d - 1) // s + 1 for p, b, d, s in zip(padded, block, dilations,
+                                                                  strides)]
+    offsets = np.indices(block).reshape(spatial, -1, 1)  # per block element
+    positions = np.indices(counts).reshape(spatial, 1, -1)  # per block
+    within = np.ravel_multi_index([p * s + o * d for p, o, s, d in
+                                   zip(positions, offsets, strides, dilations)], padded)
+    planes = np.arange(batch * channels).reshape(batch, channels, 1, 1) * int(np.prod(padded))
+    destinations = (planes + within).reshape(static_dims(node, x))
+    canvas = constant(np.zeros([batch, channels, *padded], x.type.dtype))
+    summed = _scatter(node, canvas, x, destinations, "add")
+    return odla.slice(summed, [0, 0, *pads[:spatial]],
+                      [batch, channels, *(p + i for p, i in zip(pads[:spatial], image))],
+                      [1] * (spatial + 2), value_id=node.id)

@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from ...computation import Value, create_constant
+from ...ops.process import cast
 from ...types import ElementType, OdlaError, Status, ValueType, element_type_of
 
 CONVERTERS: dict[str, list[tuple[int, Callable]]] = {}
@@ -190,3 +191,10 @@ def constant(array, value_id: str | None = None) -> Value:
 def scalar(like: Value, number) -> Value:
     """A scalar constant of ``like``'s element type."""
     return constant(np.asarray(number, like.type.dtype))
+
+
+def widened(value: Value | None) -> Value | None:
+    """A 16-bit float value cast to float32, where onnxruntime computes it; others as they are."""
+    if value is None or value.element_type not in (ElementType.FLOAT16, ElementType.BFLOAT16):
+        return value
+    return cast(value, ElementType.FLOAT32)

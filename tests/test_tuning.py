@@ -1,0 +1,225 @@
+"""Autotuning with tiny budgets: tune records measurements in the target's database, every
+later compile for that target applies them (checked in the compiled module, not in a log),
+records never cross to another target, a run resumes from its records and stops on its time
+budget; bad input is refused before anything is measured."""
+
+import contextlib
+import dataclasses
+import io
+import json
+import logging
+import shutil
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import odla_tvm as odla
+import targets
+from odla_tvm import Status
+from odla_tvm.benchmark import ModelTimes, bench_light_models, call_overhead, report
+from odla_tvm.cli import main as cli
+from odla_tvm.frontends.onnx import import_model
+from targets.tuning import _Progress
+
+IMAGE = np.random.default_rng(11).standard_normal((1, 3, 16, 16)).astype(np.float32)
+
+
+def conv_relu_onnx(path, channels=8):
+    """A conv (3 -> ``channels``, 3x3, padded) and a relu, as an ONNX file."""
+    weight = np.random.default_rng(channels).standard_normal((channels, 3, 3, 3))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["out"])],
+        "conv_relu", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 3, 16, 16))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, channels, 16, 16))],
+        [numpy_helper.from_array(weight.astype(np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
+def compiled(model_path, cache_dir):
+    comp = import_model(model_path)
+    odla.set_computation_item(comp, odla.ItemType.CACHE_DIR, str(cache_dir))
+    return odla.compile_computation(comp)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A conv-relu model tuned with 2 trials into a fresh cache directory."""
+    root = tmp_path_factory.mktemp("tuning")
+    model = conv_relu_onnx(root / "conv_relu.onnx")
+    progress = io.StringIO()
+    with contextlib.redirect_stderr(progress):
+        report = odla.tune(model, "host-cpu", trials=2, cache_dir=root / "cache")
+    return model, root / "cache", report, progress.getvalue()
+
+
+def test_tune_measures_and_records_in_the_targets_database(tuned):
+    model, cache, report, progress = tuned
+    assert (report.target, report.tasks, report.trials_run) == ("host-cpu", 1, 2)
+    assert report.trials_recorded == 2 and report.stopped_by == "trials"
+    assert report.directory.parent == cache / "tuning"
+    meta = json.loads((report.directory / "target.json").read_text())
+    assert meta["target_key"] == targets.host_cpu().key()
+    assert meta["runs"][-1]["label"] == "conv_relu" and meta["runs"][-1]["trials"] == 2
+    assert "tuning conv_relu for host-cpu" in progress and "kernels done" in progress
+    assert "host-cpu" in report.summary() and "2 trials" in report.summary()
+
+
+def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
+    model, cache, report, _ = tuned
+    untuned = compiled(model, tmp_path)  # an empty cache: no records
+    exe = compiled(model, cache)
+    # MetaScheduleApplyDatabase found the workload and scheduled the kernel from its record.
+    assert exe.module.tuned_kernels == ["fused_conv2d_relu"]
+    assert untuned.module.tuned_kernels == []
+    code = exe.module.library.mod.imports[0].inspect_source("ll")
+    plain = untuned.module.library.mod.imports[0].inspect_source("ll")
+    assert "fused_conv2d_relu" in code and "fused_conv2d_relu" not in plain
+    # The same numbers either way.
+    results = []
+    for executable in (exe, untuned):
+        ctx = odla.create_context()
+        odla.bind_to_argument(executable.args[0], IMAGE, ctx)
+        odla.launch_executable(executable, ctx)
+        results.append(odla.get_value_data(executable.outputs[0], None, ctx))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
+    # Session finds the database through $ODLA_TVM_CACHE_DIR as well.
+    monkeypatch.setenv("ODLA_TVM_CACHE_DIR", str(cache))
+    session = odla.Session.from_onnx(model)
+    assert session.executable.module.tuned_kernels == ["fused_conv2d_relu"]
+    np.testing.assert_allclose(session.run({"image": IMAGE})[0], results[1], rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_not_tuned_compiles_as_before(tuned, tmp_path):
+    _, cache, _, _ = tuned
+    other = compiled(conv_relu_onnx(tmp_path / "narrow.onnx", channels=4), cache)
+    assert other.module.tuned_kernels == []
+    assert "conv2d" in other.module.kernel_bindings  # TVM's generic build, one kernel per op
+    # Other weights in the tuned architecture use its records.
+    weights = onnx.load(conv_relu_onnx(tmp_path / "same.onnx"))
+    weights.graph.initializer[0].CopyFrom(numpy_helper.from_array(
+        np.ones((8, 3, 3, 3), np.float32), "w"))
+    onnx.save(weights, tmp_path / "same.onnx")
+    assert compiled(str(tmp_path / "same.onnx"), cache).module.tuned_kernels == [
+        "fused_conv2d_relu"]
+
+
+def test_records_are_never_applied_to_another_target(tuned, tmp_path, caplog):
+    _, cache, report, _ = tuned
+    # The same target name on another CPU (a cache shared between machines).
+    elsewhere = dataclasses.replace(targets.host_cpu(), target={
+        **targets.host_cpu().target, "mcpu": "x86-64-v3"})
+    with caplog.at_level(logging.WARNING, logger="targets.tuning"):
+        assert targets.find_database(elsewhere, cache) is None
+    assert "ignoring the tuning records" in caplog.text and "x86-64-v3" in caplog.text
+    # A database copied to where another target's would be.
+    avx2 = targets.get_target("x86-64-avx2")
+    copy = targets.TuningDatabase(avx2, tmp_path).directory
+    shutil.copytree(report.directory, copy)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="targets.tuning"):
+        assert targets.find_database(avx2, tmp_path) is None
+    assert "measured for target" in caplog.text and "x86-64-v3" in caplog.text
+
+
+def test_a_rerun_resumes_from_the_records(tuned, tmp_path):
+    model, cache, _, _ = tuned
+    work = tmp_path / "cache"
+    shutil.copytree(cache, work)
+    again = odla.tune(model, trials=2, cache_dir=work, progress=False)
+    assert (again.trials_run, again.trials_recorded, again.stopped_by) == (0, 2, "done")
+    more = odla.tune(model, trials=3, cache_dir=work, progress=False)
+    assert (more.trials_run, more.trials_recorded, more.stopped_by) == (1, 3, "trials")
+
+
+def test_a_time_budget_ends_every_task_once_it_is_spent():
+    class Task:
+        weight = 2
+        is_terminated = False
+
+    class Scheduler:
+        tasks_ = [Task(), Task()]
+
+        def terminate_task(self, i):
+            self.tasks_[i].is_terminated = True
+
+    class Result:
+        error_msg, run_secs = None, [0.002, 0.004]
+
+    scheduler = Scheduler()
+    progress = _Progress(scheduler.tasks_, ["a", "b"], {"b": (5, 0.001)}, None,
+                         time.monotonic() - 1, "tuning", False)
+    progress.update(scheduler, 0, [Result()])
+    assert progress.out_of_time and all(t.is_terminated for t in scheduler.tasks_)
+    assert progress.trials == 1 and progress.best == [0.003, 0.001]
+    progress.close()
+
+
+def test_tune_refuses_bad_input(tmp_path):
+    model = conv_relu_onnx(tmp_path / "m.onnx")
+    bad = [
+        (dict(), Status.INVALID_PARAM, "no tuning budget"),
+        (dict(trials=0), Status.INVALID_PARAM, "trials is 0; expected an integer >= 1"),
+        (dict(trials=2.5), Status.INVALID_PARAM, "trials is 2.5"),
+        (dict(trials=True), Status.INVALID_PARAM, "trials is True"),
+        (dict(minutes=-1), Status.INVALID_PARAM, "minutes is -1; expected a number > 0"),
+        (dict(minutes="5"), Status.INVALID_PARAM, "minutes is '5'"),
+        (dict(trials=2, target="sparc"), Status.UNSUPPORTED_DEVICE_TYPE, "unknown target 'sparc'"),
+        (dict(trials=2, target=3), Status.INVALID_PARAM, "target is a int"),
+        (dict(trials=2, cache_dir=3), Status.INVALID_PARAM, "cache directory is a int"),
+    ]
+    for kwargs, status, fragment in bad:
+        with pytest.raises(odla.OdlaError) as err:
+            odla.tune(model, **kwargs)
+        assert err.value.status == status and fragment in str(err.value), (kwargs, err.value)
+    with pytest.raises(odla.OdlaError) as err:
+        odla.tune(model, "aarch64-linux", trials=2, cache_dir=tmp_path)
+    assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE
+    assert "cannot run on this machine" in str(err.value)
+    with pytest.raises(odla.OdlaError) as err:
+        odla.tune(tmp_path / "missing.onnx", trials=2)
+    assert err.value.status == Status.FILE_NOT_EXIST
+    with pytest.raises(odla.OdlaError) as err:
+        odla.tune(42, trials=2)
+    assert err.value.status == Status.INVALID_PARAM and "model is a int" in str(err.value)
+    comp = import_model(model)
+    odla.set_computation_item(comp, odla.ItemType.CACHE_DIR, 7)
+    with pytest.raises(odla.OdlaError) as err:
+        odla.compile_computation(comp)
+    assert err.value.status == Status.INVALID_PARAM and "cache directory is a int" in str(err.value)
+
+
+def test_cli_tune_and_bench_report_bad_input(tmp_path, capsys):
+    model = conv_relu_onnx(tmp_path / "m.onnx")
+    assert cli(["tune", model]) == 1
+    assert "no tuning budget" in capsys.readouterr().err
+    assert cli(["tune", model, "--trials", "2", "--target", "sparc"]) == 1
+    assert "unknown target 'sparc'" in capsys.readouterr().err
+    assert cli(["bench", "--models", "lenet"]) == 1
+    assert "['lenet'] are not light models" in capsys.readouterr().err
+
+
+def test_bench_refuses_bad_input():
+    for kwargs, fragment in [(dict(names=["resnet18"]), "['resnet18'] are not light models"),
+                             (dict(threads=0), "threads is 0"), (dict(runs=1), "runs is 1")]:
+        with pytest.raises(odla.OdlaError) as err:
+            bench_light_models(**kwargs)
+        assert err.value.status == Status.INVALID_PARAM and fragment in str(err.value)
+
+
+def test_overhead_and_report():
+    overhead = call_overhead(calls=200)
+    assert list(overhead) == ["bare VM call", "CompiledModule.run", "launch_executable",
+                              "Session.run"]
+    assert all(us > 0 for us in overhead.values())
+    rows = [ModelTimes("resnet50", 2.0, 0.5, 0.1, 40, 300, 4.0, 5, True),
+            ModelTimes("vgg19", error="RuntimeError: out of memory")]
+    text = report(rows, overhead, 2, 60, (1.5, 2.5))
+    assert "| resnet50 | 2000.0 | 500.0 | 100.0 | 20.0x | 5.0x | 40 | 300 trials, 4.0 min" in text
+    assert "| vgg19 | failed: RuntimeError: out of memory" in text
+    assert "Not met for resnet50" in text and "over the bare VM call" in text
+    assert "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
