@@ -31,23 +31,14 @@ MODES = {
 }
 
 
-# Centre of each per-channel parameter by (consumer op, input index): batch norms start as
-# the identity, biases at zero.
-_CENTRES = {("BatchNormalization", 1): 1.0, ("BatchNormalization", 2): 0.0,
-            ("BatchNormalization", 3): 0.0, ("BatchNormalization", 4): 1.0}
-
-
 def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     """The light models build every weight with ConstantOfShape (one value, e.g. 0.02, in
     every cell), which makes their outputs the same for every input; this replaces each
-    with seeded random values like a freshly initialised network's (He-scaled kernels,
-    batch norms near the identity, small biases) so reduced precision has something to get
-    wrong."""
+    with seeded random values (He-scaled for kernels, 0.5..1.5 for per-channel parameters)
+    so that reduced precision has something to get wrong."""
     model = copy.deepcopy(model)
     rng = np.random.default_rng(seed)
     shapes = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    roles = {name: (node.op_type, i) for node in model.graph.node
-             for i, name in enumerate(node.input)}
     kept = []
     for node in model.graph.node:
         if node.op_type == "ConstantOfShape" and node.input[0] in shapes:
@@ -55,9 +46,7 @@ def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProt
             if len(shape) >= 2:
                 data = rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:]))
             else:
-                centre = _CENTRES.get(roles.get(node.output[0]), 0.0)
-                data = np.abs(centre + 0.1 * rng.standard_normal(shape)) if centre else \
-                    0.1 * rng.standard_normal(shape)
+                data = rng.uniform(0.5, 1.5, shape)
             model.graph.initializer.append(
                 numpy_helper.from_array(data.astype(np.float32), node.output[0]))
             if model.ir_version < 4:  # initializers had to be graph inputs then
@@ -117,18 +106,16 @@ def main(argv=None):
         "",
         f"`scripts/precision.py`, on {platform.machine()} ({os.cpu_count()} cores), odla-tvm "
         f"{odla.__version__}; median of {args.runs} runs at batch 1 after one warm-up, untuned.",
-        "FP16_MODE uses TVM's ToMixedPrecision (activations kept in float16 between ops, "
-        "float32 accumulation in convolutions and matrix products); BF16 accuracy mode gives those ops bfloat16 operands "
+        "FP16_MODE uses TVM's ToMixedPrecision (float16 operands, float32 accumulation for "
+        "convolutions and matrix products); BF16 accuracy mode gives those ops bfloat16 operands "
         "with float32 accumulation and results, BF16 performance mode also rounds their results "
         "to bfloat16. Inputs and outputs stay float32.",
         "",
         "The light models' own weights are ConstantOfShape fills (one value in every cell), so "
         "their outputs do not depend on the input and every precision gives the same numbers; "
         "the study runs their architectures with seeded random weights instead "
-        "(`with_random_weights`). max |diff|: largest difference of the outputs (probabilities, "
-        "but raw scores for densenet121, whose graph ends before a softmax) from "
-        "the float32 build; top-1: share of batch rows whose arg-max class matches it. "
-        "Latencies were taken while other jobs shared the 2 cores: read them as rough ratios.",
+        "(`with_random_weights`). max |diff|: largest difference of the output probabilities "
+        "from the float32 build; top-1: share of batch rows whose arg-max class matches it.",
         "",
         "The last column runs each model with its own constant weights: there activations grow "
         "past float16's largest value (65504), and a nan there means FP16_MODE overflowed where "
