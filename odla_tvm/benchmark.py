@@ -22,8 +22,12 @@ import numpy as np
 import targets
 from targets.runner import cache_dir as default_cache_dir
 
-from .computation import create_argument, create_computation, set_computation_item
-from .computation import set_value_as_output
+from .computation import (
+    create_argument,
+    create_computation,
+    set_computation_item,
+    set_value_as_output,
+)
 from .context import bind_to_argument, create_context
 from .device import _cpu_model
 from .executable import compile_computation, launch_executable

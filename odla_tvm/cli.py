@@ -9,9 +9,9 @@ import os
 import sys
 
 from . import demo
+from .benchmark import LIGHT_MODELS
 from .bundle import export as export_bundle
 from .device import allocate_device, available_devices, get_device_info
-from .benchmark import LIGHT_MODELS
 from .executable import Executable, compile_computation, load_executable
 from .profiler import compare_to_unprofiled, profile_executable
 from .types import ODLA_API_VERSION, DeviceInfo, OdlaError, Status

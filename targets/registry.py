@@ -10,7 +10,6 @@ from functools import cached_property, lru_cache
 import tvm
 import tvm_ffi
 
-
 # Where a target's kernels get their schedules, tried in the order a spec lists them.
 SCHEDULE_SOURCES = {
     "database": "MetaSchedule records tuned for the target (targets.tuning), where it has any",

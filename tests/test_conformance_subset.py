@@ -31,7 +31,7 @@ NODE_CASES = [
 LIGHT_MODELS = ["test_squeezenet", "test_shufflenet"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cases() -> dict:
     return {c.name: c for c in conformance.node_cases() + conformance.light_cases()}
 

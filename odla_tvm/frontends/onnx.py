@@ -29,11 +29,13 @@ from ..computation import Computation, Value, ValueKind
 from ..ops.process import cast
 from ..types import OdlaError, Status, ValueType, element_type_of
 from .onnx_converters.registry import (
+    DEFAULT_DOMAINS,
     InputDataNeeded,
     Node,
     Unsupported,
     element_type,
     find_converter,
+    op_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -42,7 +44,6 @@ MIN_OPSET = 7
 # Graph inputs of at most this many elements may be fixed to the data of a run when ODLA
 # needs that data at import (see InputDataNeeded).
 SMALL_INPUT_ELEMENTS = 64
-DEFAULT_DOMAINS = ("", "ai.onnx")
 # Ops whose results differ from run to run must not be folded into constants.
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                      "Multinomial", "Bernoulli", "Dropout"}
@@ -113,8 +114,11 @@ def _upgraded(proto: onnx.ModelProto) -> onnx.ModelProto:
         return proto
 
 
-def _op_key(node: onnx.NodeProto) -> str:
-    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+def domain_versions(proto: onnx.ModelProto, opset: int) -> dict[str, int]:
+    """The version of each opset the model imports, the default domain's as ``opset``."""
+    versions = {o.domain: o.version for o in proto.opset_import}
+    versions.update({domain: opset for domain in DEFAULT_DOMAINS})
+    return versions
 
 
 def _all_nodes(graph: onnx.GraphProto):
@@ -128,11 +132,12 @@ def _all_nodes(graph: onnx.GraphProto):
 
 def unsupported_ops(proto: onnx.ModelProto, opset: int) -> collections.Counter:
     """How often each op type without a converter occurs in the model."""
+    versions = domain_versions(proto, opset)
     missing = collections.Counter()
     for node in _all_nodes(proto.graph):
-        default_domain = node.domain in DEFAULT_DOMAINS
-        if not default_domain or find_converter(node.op_type, opset) is None:
-            missing[_op_key(node)] += 1
+        key = op_key(node.op_type, node.domain)
+        if find_converter(key, versions.get(node.domain, 1)) is None:
+            missing[key] += 1
     return missing
 
 
@@ -170,9 +175,8 @@ def import_model(model, input_data: dict | None = None) -> Computation:
 
 class _Importer:
     def __init__(self, proto: onnx.ModelProto, opset: int, input_data: dict):
-        self.proto = proto
         self.graph = proto.graph
-        self.opset = opset
+        self.versions = domain_versions(proto, opset)
         self.input_data = input_data
         self.graph_outputs = frozenset(o.name for o in proto.graph.output)
         self.values: dict[str, Value] = {}
@@ -249,16 +253,17 @@ class _Importer:
         label = f"ONNX node {proto.name or proto.output[0]!r} ({proto.op_type})"
         results = self._fold(proto, inputs)
         if results is None:
-            node = Node(proto, inputs, self.opset, _constant_data, self.graph_outputs,
+            version = self.versions.get(proto.domain, 1)
+            node = Node(proto, inputs, version, _constant_data, self.graph_outputs,
                         self.convert_body, sources)
-            convert = find_converter(proto.op_type, self.opset)
+            convert = find_converter(op_key(proto.op_type, proto.domain), version)
             try:
                 results = convert(node)
             except InputDataNeeded as err:
                 raise InputDataNeeded(err.input_ids, f"{label}: {err.message}") from None
             except OdlaError as err:
                 raise OdlaError(err.status, f"{label}: {err.message}") from err
-            except (ValueError, TypeError, KeyError, IndexError) as err:
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
                 raise OdlaError(Status.INTERNAL_LOGIC_ERR,
                                 f"{label}: converting failed: {type(err).__name__}: {err}") from err
         results = results if isinstance(results, (list, tuple)) else [results]
@@ -298,7 +303,7 @@ class _Importer:
             return None
         feeds = {name: _constant_data(v) for name, v in zip(proto.input, inputs) if v is not None}
         try:
-            arrays = ReferenceEvaluator(proto, opsets={"": self.opset}).run(None, feeds)
+            arrays = ReferenceEvaluator(proto, opsets=self.versions).run(None, feeds)
             return [self._constant(np.asarray(a), None if name in self.graph_outputs
                                    else self._free_id(name)) if name else None
                     for name, a in zip(proto.output, arrays)]

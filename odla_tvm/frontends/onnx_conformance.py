@@ -281,7 +281,7 @@ def summary(results: list[Result]) -> dict[str, tuple[int, int]]:
 def report(results: list[Result], header: str) -> str:
     """docs/conformance.md: counts, a per-op table and every failure grouped by cause."""
     counts = summary(results)
-    lines = [f"# ONNX conformance", "", header, "",
+    lines = ["# ONNX conformance", "", header, "",
              "| cases | passed | total |", "| --- | --- | --- |"]
     lines += [f"| {kind} | {passed} | {total} |" for kind, (passed, total) in counts.items()]
     lines += ["", "## Per op", "", "| op | passed | total | failed cases |",

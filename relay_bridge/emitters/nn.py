@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from tvm import relax, tirx
 from tvm.ir.expr import Constant
@@ -436,7 +438,7 @@ def _pool_ngrams(pool, gram_counts, min_length, max_length):
     ``gram_counts`` lists where the n-grams of length 1, 2, ... start in ``pool``."""
     starts = [int(s) for s in gram_counts] + [len(pool)]
     groups, first_index = [], 0
-    for length, (begin, end) in enumerate(zip(starts, starts[1:]), start=1):
+    for length, (begin, end) in enumerate(itertools.pairwise(starts), start=1):
         grams = pool[begin:end].reshape(-1, length)
         if min_length <= length <= max_length and len(grams):
             groups.append((length, first_index, grams))

@@ -264,3 +264,31 @@ def linear_attention(node: Node):
     state_type = past.element_type if past is not None else query.element_type
     return [odla.cast(y, query.element_type, value_id=node.id),
             _named(state, node, 1, state_type)]
+
+
+_PRECISE_TYPES = (odla.ElementType.FLOAT32, odla.ElementType.FLOAT64)
+
+
+@converter("FlexAttention", domain="ai.onnx.preview")
+def flex_attention(node: Node):
+    """Scaled dot-product attention whose scores and probabilities pass through the node's
+    score_mod and prob_mod graphs, converted inline."""
+    q, k, v = node.input(0), node.input(1), node.input(2)
+    q_heads, head_size = static_dims(node, q)[1], static_dims(node, q)[3]
+    kv_heads = static_dims(node, k)[1]
+    if q_heads != kv_heads:
+        k, v = _repeat_heads(k, q_heads // kv_heads), _repeat_heads(v, q_heads // kv_heads)
+    root = constant(np.asarray(math.sqrt(node.attr("scale") or 1 / math.sqrt(head_size)),
+                               q.type.dtype))
+    scores = odla.batch_mat_mul(odla.mul(q, root), False, odla.mul(k, root), True)
+    precision = node.attr("softmax_precision")
+    compute = element_type(precision) if precision is not None else \
+        q.element_type if q.element_type in _PRECISE_TYPES else odla.ElementType.FLOAT32
+    scores = odla.cast(scores, compute)
+    if "score_mod" in node.attrs:
+        (scores,) = node.body("score_mod", [scores])
+    probabilities = odla.softmax(scores, 3)
+    if "prob_mod" in node.attrs:
+        (probabilities,) = node.body("prob_mod", [probabilities])
+    y = odla.batch_mat_mul(probabilities, False, odla.cast(v, compute), False)
+    return odla.cast(y, v.element_type, value_id=node.id)

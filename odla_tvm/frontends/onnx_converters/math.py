@@ -251,3 +251,10 @@ def _bitwise(combine):
 converter("BitwiseAnd")(_bitwise(lambda a, b, number: odla.mul(a, b)))
 converter("BitwiseOr")(_bitwise(lambda a, b, number: odla.sub(odla.add(a, b), odla.mul(a, b))))
 converter("BitwiseXor")(_bitwise(lambda a, b, number: odla.mod(odla.add(a, b), number(2), 0)))
+
+
+@converter("Binarizer", domain="ai.onnx.ml")
+def binarizer(node: Node):
+    x = node.input(0)
+    above = odla.greater(x, constant(np.asarray(node.attr("threshold", 0.0), x.type.dtype)))
+    return odla.cast(above, x.element_type, value_id=node.id)

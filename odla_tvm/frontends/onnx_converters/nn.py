@@ -44,12 +44,16 @@ def _window(node: Node, x, kernel_dims):
     return kernel, strides, dilations, front, back
 
 
+def convolution(node: Node, x, w, b=None, value_id=None):
+    """ONNX's Conv of ``x`` and ``w`` by the node's window attributes."""
+    _, strides, dilations, front, back = _window(node, x, dims(w)[2:])
+    return odla.conv(x, CF, node.attr("group", 1), w, L.OIS, strides, dilations, front, back,
+                     bias=b, value_id=value_id)
+
+
 @converter("Conv")
 def conv(node: Node):
-    x, w, b = node.input(0), node.input(1), node.input(2)
-    _, strides, dilations, front, back = _window(node, x, dims(w)[2:])
-    return odla.conv(x, CF, node.attr("group"), w, L.OIS, strides, dilations, front, back,
-                     bias=b, value_id=node.id)
+    return convolution(node, node.input(0), node.input(1), node.input(2), node.id)
 
 
 @converter("ConvTranspose")
@@ -77,10 +81,13 @@ def conv_transpose(node: Node):
         back = [t - f for t, f in zip(totals, front)]
     else:
         front, back = _window_padding(node, x, kernel, strides, dilations)
+    # A negative back padding (an output_shape past the natural size) is more output.
+    extra = [e - min(b, 0) for e, b in zip(extra, back)]
+    back = [max(b, 0) for b in back]
+    if any(f < 0 for f in front):
+        raise node.unsupported(f"front paddings {front} are negative")
     output_dims = None
-    if any(extra) or any(p < 0 for p in front + back):
-        if any(p < 0 for p in front + back):
-            raise node.unsupported(f"paddings {front}, {back} are negative")
+    if any(extra):
         natural = [s * (n - 1) + (k - 1) * d + 1 - f - bk for n, s, k, d, f, bk in
                    zip(static_dims(node, x)[2:], strides, kernel, dilations, front, back)]
         output_dims = [dims(x)[0], dims(w)[1] * group] + [n + e for n, e in zip(natural, extra)]

@@ -3,6 +3,8 @@ ops that only name or produce data (Constant, Identity, Shape...)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from onnx import numpy_helper
 
@@ -10,7 +12,6 @@ import odla_tvm as odla
 
 from ...types import numpy_dtype
 from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
-
 
 # -- data and names ----------------------------------------------------------------------------
 
@@ -251,7 +252,7 @@ def split(node: Node):
         sizes = [min(chunk, size - i * chunk) for i in range(count)]
     offsets = np.cumsum([0] + list(sizes))
     results = []
-    for i, (begin, end) in enumerate(zip(offsets, offsets[1:])):
+    for i, (begin, end) in enumerate(itertools.pairwise(offsets)):
         start, stop, stride = [0] * rank(x), list(dims(x)), [1] * rank(x)
         start[axis], stop[axis] = int(begin), int(end)
         stop = [INT_MAX if d == -1 else d for d in stop]
@@ -539,3 +540,11 @@ def col2im(node: Node):
     return odla.slice(summed, [0, 0, *pads[:spatial]],
                       [batch, channels, *(p + i for p, i in zip(pads[:spatial], image))],
                       [1] * (spatial + 2), value_id=node.id)
+
+
+@converter("ArrayFeatureExtractor", domain="ai.onnx.ml")
+def array_feature_extractor(node: Node):
+    """The elements of the last axis that the indices name."""
+    x = node.input(0)
+    indices = odla.reshape(node.input(1), (-1,))
+    return odla.gather(x, indices, rank(x) - 1, value_id=node.id)

@@ -7,34 +7,62 @@ import numpy as np
 
 import odla_tvm as odla
 
-from .registry import Node, constant, converter, element_type, rank
+from ...types import numpy_dtype
+from .nn import convolution
+from .registry import Node, constant, converter, element_type, rank, static_dims
 
 
 def _axis(node: Node, x) -> int:
     return node.attr("axis", 1) % max(rank(x), 1)
 
 
+def _blocks_spread(node: Node, x, value, axis: int):
+    """A per-block ``value`` (one entry per block of ``block_size`` along ``axis``) repeated
+    over each block: the shape of ``x``."""
+    if value is None:
+        return None
+    size = node.attr("block_size")
+    shape = static_dims(node, value)
+    split = shape[:axis + 1] + (1,) + shape[axis + 1:]
+    spread = shape[:axis + 1] + (size,) + shape[axis + 1:]
+    repeated = odla.expand_dims(odla.reshape(value, split), spread)
+    return odla.reshape(repeated, static_dims(node, x))
+
+
 @converter("QuantizeLinear")
 def quantize_linear(node: Node):
     x, scale, zero_point = node.input(0), node.input(1), node.input(2)
-    if node.attr("block_size", 0):
-        raise node.unsupported("blocked quantization")
     if zero_point is not None:
         target = zero_point.element_type
     elif node.attr("output_dtype"):
         target = element_type(node.attr("output_dtype"))
     else:
         target = odla.ElementType.UINT8
-    return odla.quantize(x, scale, zero_point, _axis(node, x), target, value_id=node.id)
+    axis = _axis(node, x)
+    if not node.attr("block_size", 0):
+        return odla.quantize(x, scale, zero_point, axis, target, value_id=node.id)
+    # Blocked: saturate(round(x / scale) + zero point) with the scales spread over the blocks.
+    scale = _blocks_spread(node, x, scale, axis)
+    levels = odla.round_half_to_even(odla.div(x, scale))
+    if zero_point is not None:
+        levels = odla.add(levels, odla.cast(_blocks_spread(node, x, zero_point, axis),
+                                            x.element_type))
+    limits = np.iinfo(numpy_dtype(target))
+    return odla.cast(odla.clamp(levels, limits.min, limits.max), target, value_id=node.id)
 
 
 @converter("DequantizeLinear")
 def dequantize_linear(node: Node):
     x, scale, zero_point = node.input(0), node.input(1), node.input(2)
-    if node.attr("block_size", 0):
-        raise node.unsupported("blocked quantization")
-    return odla.dequantize(x, scale, zero_point, _axis(node, x), scale.element_type,
-                           value_id=node.id)
+    axis = _axis(node, x)
+    if not node.attr("block_size", 0):
+        return odla.dequantize(x, scale, zero_point, axis, scale.element_type, value_id=node.id)
+    # Blocked: (x - zero point) * scale with both spread over the blocks.
+    values = odla.cast(x, scale.element_type)
+    if zero_point is not None:
+        values = odla.sub(values, odla.cast(_blocks_spread(node, x, zero_point, axis),
+                                            scale.element_type))
+    return odla.mul(values, _blocks_spread(node, x, scale, axis), value_id=node.id)
 
 
 @converter("DynamicQuantizeLinear")
@@ -79,3 +107,25 @@ def q_linear_mat_mul(node: Node):
     b = odla.dequantize(b_x, b_scale, b_zero, rank(b_x) - 1, b_scale.element_type)
     product = odla.batch_mat_mul(a, False, b, False)
     return odla.quantize(product, y_scale, y_zero, 0, y_zero.element_type, value_id=node.id)
+
+
+@converter("ConvInteger")
+def conv_integer(node: Node):
+    """The convolution of x - x_zero_point and w - w_zero_point, accumulated in int32."""
+    x = _integer_operand(node.input(0), node.input(2))
+    w_zero = node.input(3)
+    if w_zero is not None and rank(w_zero) == 1:  # one zero point per output channel
+        w_zero = odla.reshape(w_zero, (-1,) + (1,) * (rank(node.input(1)) - 1))
+    return convolution(node, x, _integer_operand(node.input(1), w_zero), value_id=node.id)
+
+
+@converter("QLinearConv")
+def q_linear_conv(node: Node):
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias = (node.input(i)
+                                                                    for i in range(9))
+    real_x = odla.dequantize(x, x_scale, x_zero, 1, x_scale.element_type)
+    real_w = odla.dequantize(w, w_scale, w_zero, 0, w_scale.element_type)  # per output channel
+    real_bias = None if bias is None else \
+        odla.mul(odla.cast(bias, x_scale.element_type), odla.mul(x_scale, w_scale))
+    y = convolution(node, real_x, real_w, real_bias)
+    return odla.quantize(y, y_scale, y_zero, 1, y_zero.element_type, value_id=node.id)

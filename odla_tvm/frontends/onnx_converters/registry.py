@@ -9,7 +9,7 @@ later, until a converter registered with a larger ``since`` takes over.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -25,11 +25,20 @@ CONVERTERS: dict[str, list[tuple[int, Callable]]] = {}
 INT_MAX = np.iinfo(np.int64).max
 
 
-def converter(op_type: str, since: int = 1):
-    """Registers the decorated function as the converter of ``op_type`` from opset ``since``."""
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def op_key(op_type: str, domain: str = "") -> str:
+    """How an op is named in the registry and in messages: "Conv", "ai.onnx.ml.LabelEncoder"."""
+    return op_type if domain in DEFAULT_DOMAINS else f"{domain}.{op_type}"
+
+
+def converter(op_type: str, since: int = 1, domain: str = ""):
+    """Registers the decorated function as the converter of ``op_type`` (of ``domain``) from
+    version ``since`` of its opset."""
 
     def decorate(convert: Callable) -> Callable:
-        versions = CONVERTERS.setdefault(op_type, [])
+        versions = CONVERTERS.setdefault(op_key(op_type, domain), [])
         if any(v == since for v, _ in versions):
             raise ValueError(f"ONNX op {op_type!r} already has a converter since opset {since}")
         versions.append((since, convert))
@@ -39,9 +48,10 @@ def converter(op_type: str, since: int = 1):
     return decorate
 
 
-def find_converter(op_type: str, opset: int) -> Callable | None:
+def find_converter(key: str, opset: int) -> Callable | None:
+    """The converter of the op named ``key`` (see op_key) for version ``opset`` of its domain."""
     chosen = None
-    for since, convert in CONVERTERS.get(op_type, ()):
+    for since, convert in CONVERTERS.get(key, ()):
         if since <= opset:
             chosen = convert
     return chosen
@@ -74,10 +84,10 @@ def element_type(onnx_type: int) -> ElementType:
                         f"ONNX type {name} has no ODLA element type") from None
 
 
-@functools.lru_cache(maxsize=None)
-def _schema_default(op_type: str, opset: int, name: str):
+@functools.cache
+def _schema_default(op_type: str, opset: int, domain: str, name: str):
     try:
-        schema = onnx.defs.get_schema(op_type, opset)
+        schema = onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:
         return None
     attribute = schema.attributes.get(name)
@@ -118,7 +128,7 @@ class Node:
         elif default is not None:
             value = default
         else:
-            value = _schema_default(self.op_type, self.opset, name)
+            value = _schema_default(self.op_type, self.opset, self.proto.domain, name)
         return value.decode() if isinstance(value, bytes) else value
 
     def wants(self, index: int) -> bool:
