@@ -213,27 +213,27 @@ def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
     lines = [
         "# Performance: ODLA-TVM against onnxruntime",
         "",
-        f"Written by `scripts/bench.py` (`odla-tvm bench`) in {seconds / 60:.0f} min on "
-        f"{_cpu_model()}, {targets.cpu_count()} cores usable, {platform.system()} "
-        f"{platform.release()}; odla-tvm {__version__}, TVM {targets.tvm_version()}, "
-        f"onnxruntime {onnxruntime.__version__}, NumPy {np.__version__}. Load average "
-        f"(1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end: above "
-        f"{targets.cpu_count()}, other work shared the cores and every figure is slower than "
-        "on an idle machine.",
+        (f"Written by `scripts/bench.py` (`odla-tvm bench`) in {seconds / 60:.0f} min on "
+         f"{_cpu_model()}, {targets.cpu_count()} cores usable, {platform.system()} "
+         f"{platform.release()}; odla-tvm {__version__}, TVM {targets.tvm_version()}, "
+         f"onnxruntime {onnxruntime.__version__}, NumPy {np.__version__}. Load average "
+         f"(1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end: above "
+         f"{targets.cpu_count()}, other work shared the cores and every figure is slower than "
+         "on an idle machine."),
         "",
-        f"Batch 1, {threads} threads for both (TVM_NUM_THREADS, onnxruntime's "
-        "intra_op_num_threads), the same inputs; each figure is the median of the timed runs "
-        "after one warm-up run (*runs*: 5, or at least 3 for a path whose runs took 30 s "
-        "together). *Untuned*: ODLA-TVM compiled with no tuning records (TVM's "
-        "generic build, one unscheduled kernel per op). *Tuned*: compiled with the host-cpu "
-        "tuning database (`odla-tvm tune`), for models tuned into it; *tuned kernels*: the "
-        "kernels that took a schedule from its records (of all the fused kernels: the rest "
-        "stay unscheduled). Ratios are ODLA-TVM's latency over "
-        "onnxruntime's (under 1.0x: faster). *Match*: outputs within rtol "
-        f"{MATCH_RTOL:g}, atol {MATCH_ATOL:g} of onnxruntime's.",
+        (f"Batch 1, {threads} threads for both (TVM_NUM_THREADS, onnxruntime's "
+         "intra_op_num_threads), the same inputs; each figure is the median of the timed runs "
+         "after one warm-up run (*runs*: 5, or at least 3 for a path whose runs took 30 s "
+         "together). *Untuned*: ODLA-TVM compiled with no tuning records (TVM's "
+         "generic build, one unscheduled kernel per op). *Tuned*: compiled with the host-cpu "
+         "tuning database (`odla-tvm tune`), for models tuned into it; *tuned kernels*: the "
+         "kernels that took a schedule from its records (of all the fused kernels: the rest "
+         "stay unscheduled). Ratios are ODLA-TVM's latency over "
+         "onnxruntime's (under 1.0x: faster). *Match*: outputs within rtol "
+         f"{MATCH_RTOL:g}, atol {MATCH_ATOL:g} of onnxruntime's."),
         "",
-        "| model | untuned ms | tuned ms | onnxruntime ms | untuned / ort | tuned / ort "
-        "| tuned kernels | tuning spent | runs | match |",
+        ("| model | untuned ms | tuned ms | onnxruntime ms | untuned / ort | tuned / ort "
+         "| tuned kernels | tuning spent | runs | match |"),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for r in results:
@@ -256,10 +256,10 @@ def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
     lines += [
         "## ODLA's own cost per call",
         "",
-        "A tiny model (one add of a 1x4 float32 argument), CPU microseconds per call (the "
-        "process's CPU time, so other work on the machine does not count), the fastest of 7 "
-        "loops of 20000 calls. The bare VM call gets device tensors made beforehand and "
-        "returns TVM tensors; every other path takes and returns NumPy arrays.",
+        ("A tiny model (one add of a 1x4 float32 argument), CPU microseconds per call (the "
+         "process's CPU time, so other work on the machine does not count), the fastest of 7 "
+         "loops of 20000 calls. The bare VM call gets device tensors made beforehand and "
+         "returns TVM tensors; every other path takes and returns NumPy arrays."),
         "",
         "| call | µs per call | over the bare VM call |",
         "| --- | ---: | ---: |",

@@ -34,7 +34,7 @@ __all__ = [
     "get_target",
     "host_cpu",
     "register_target",
-    "tvm_ffi_version",
     "tune",
+    "tvm_ffi_version",
     "tvm_version",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 
 import tvm
 import tvm_ffi
@@ -134,7 +134,7 @@ CUDA_SM90 = TargetSpec(
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _host_cpu_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo") as f:

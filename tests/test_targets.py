@@ -102,7 +102,7 @@ def test_runs_copy_results_and_reuse_staging_correctly():
     raw = np.arange(9, dtype=np.float32)
     unaligned = raw[1:] if raw.ctypes.data % 64 == 0 else raw[:8]  # never 64-byte aligned
     unaligned = unaligned.reshape(2, 4)
-    view, doubled = module.run([unaligned])
+    view, _ = module.run([unaligned])
     np.testing.assert_array_equal(view.reshape(2, 4), unaligned)
     view[...] = -1
     assert (unaligned >= 0).all()  # the result was a copy

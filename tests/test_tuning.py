@@ -58,7 +58,7 @@ def tuned(tmp_path_factory):
 
 
 def test_tune_measures_and_records_in_the_targets_database(tuned):
-    model, cache, report, progress = tuned
+    _, cache, report, progress = tuned
     assert (report.target, report.tasks, report.trials_run) == ("host-cpu", 1, 2)
     assert report.trials_recorded == 2 and report.stopped_by == "trials"
     assert report.directory.parent == cache / "tuning"
@@ -70,7 +70,7 @@ def test_tune_measures_and_records_in_the_targets_database(tuned):
 
 
 def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
-    model, cache, report, _ = tuned
+    model, cache, _, _ = tuned
     untuned = compiled(model, tmp_path)  # an empty cache: no records
     exe = compiled(model, cache)
     # MetaScheduleApplyDatabase found the workload and scheduled the kernel from its record.
@@ -142,7 +142,8 @@ def test_a_time_budget_ends_every_task_once_it_is_spent():
         is_terminated = False
 
     class Scheduler:
-        tasks_ = [Task(), Task()]
+        def __init__(self):
+            self.tasks_ = [Task(), Task()]
 
         def terminate_task(self, i):
             self.tasks_[i].is_terminated = True
@@ -162,15 +163,16 @@ def test_a_time_budget_ends_every_task_once_it_is_spent():
 def test_tune_refuses_bad_input(tmp_path):
     model = conv_relu_onnx(tmp_path / "m.onnx")
     bad = [
-        (dict(), Status.INVALID_PARAM, "no tuning budget"),
-        (dict(trials=0), Status.INVALID_PARAM, "trials is 0; expected an integer >= 1"),
-        (dict(trials=2.5), Status.INVALID_PARAM, "trials is 2.5"),
-        (dict(trials=True), Status.INVALID_PARAM, "trials is True"),
-        (dict(minutes=-1), Status.INVALID_PARAM, "minutes is -1; expected a number > 0"),
-        (dict(minutes="5"), Status.INVALID_PARAM, "minutes is '5'"),
-        (dict(trials=2, target="sparc"), Status.UNSUPPORTED_DEVICE_TYPE, "unknown target 'sparc'"),
-        (dict(trials=2, target=3), Status.INVALID_PARAM, "target is a int"),
-        (dict(trials=2, cache_dir=3), Status.INVALID_PARAM, "cache directory is a int"),
+        ({}, Status.INVALID_PARAM, "no tuning budget"),
+        ({"trials": 0}, Status.INVALID_PARAM, "trials is 0; expected an integer >= 1"),
+        ({"trials": 2.5}, Status.INVALID_PARAM, "trials is 2.5"),
+        ({"trials": True}, Status.INVALID_PARAM, "trials is True"),
+        ({"minutes": -1}, Status.INVALID_PARAM, "minutes is -1; expected a number > 0"),
+        ({"minutes": "5"}, Status.INVALID_PARAM, "minutes is '5'"),
+        ({"trials": 2, "target": "sparc"}, Status.UNSUPPORTED_DEVICE_TYPE,
+         "unknown target 'sparc'"),
+        ({"trials": 2, "target": 3}, Status.INVALID_PARAM, "target is a int"),
+        ({"trials": 2, "cache_dir": 3}, Status.INVALID_PARAM, "cache directory is a int"),
     ]
     for kwargs, status, fragment in bad:
         with pytest.raises(odla.OdlaError) as err:
@@ -204,8 +206,8 @@ def test_cli_tune_and_bench_report_bad_input(tmp_path, capsys):
 
 
 def test_bench_refuses_bad_input():
-    for kwargs, fragment in [(dict(names=["resnet18"]), "['resnet18'] are not light models"),
-                             (dict(threads=0), "threads is 0"), (dict(runs=1), "runs is 1")]:
+    for kwargs, fragment in [({"names": ["resnet18"]}, "['resnet18'] are not light models"),
+                             ({"threads": 0}, "threads is 0"), ({"runs": 1}, "runs is 1")]:
         with pytest.raises(odla.OdlaError) as err:
             bench_light_models(**kwargs)
         assert err.value.status == Status.INVALID_PARAM and fragment in str(err.value)
