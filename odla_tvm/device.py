@@ -36,20 +36,39 @@ class Device:
         return f"Device({self.name.name}, index={self.index}, target={self.target.name})"
 
 
+def _plugin_devices() -> dict[DeviceName, targets.VendorPlugin]:
+    """ODLA devices served by vendor plugins (built in or installed through entry points)."""
+    return {DeviceName[p.device_name]: p for p in targets.available_plugins()
+            if p.device_name in DeviceName.__members__}
+
+
 def available_devices() -> list[DeviceName]:
-    return list(_DEVICE_TARGETS)
+    return list(_DEVICE_TARGETS) + [d for d in _plugin_devices() if d not in _DEVICE_TARGETS]
+
+
+def _device_target(device_name: DeviceName) -> targets.TargetSpec:
+    if device_name in _DEVICE_TARGETS:
+        return targets.get_target(_DEVICE_TARGETS[device_name])
+    plugin = _plugin_devices().get(device_name)
+    if plugin is None:
+        raise OdlaError(
+            Status.UNSUPPORTED_DEVICE_TYPE,
+            f"device {device_name.name} is not available in this build; available: "
+            f"{', '.join(d.name for d in available_devices())}",
+        )
+    try:
+        plugin.check_available()
+    except targets.PluginUnavailable as err:
+        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE,
+                        f"device {device_name.name} (the {plugin.name} plugin) cannot run here: "
+                        f"{err}; the plain CPU device (DEFAULT) works without it") from None
+    return targets.plugin_target(plugin.name)
 
 
 def allocate_device(vendor=None, device_name: DeviceName = DeviceName.DEFAULT,
                     device_idx: int = 0) -> Device:
     device_name = odla_enum(DeviceName, device_name, "device name", Status.UNSUPPORTED_DEVICE_TYPE)
-    if device_name not in _DEVICE_TARGETS:
-        raise OdlaError(
-            Status.UNSUPPORTED_DEVICE_TYPE,
-            f"device {device_name.name} is not available in this build; available: "
-            f"{', '.join(d.name for d in _DEVICE_TARGETS)}",
-        )
-    spec = targets.get_target(_DEVICE_TARGETS[device_name])
+    spec = _device_target(device_name)
     if device_idx != 0:
         raise OdlaError(
             Status.INVALID_PARAM,

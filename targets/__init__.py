@@ -6,9 +6,18 @@ from .registry import (
     cpu_count,
     get_target,
     host_cpu,
+    plugin_target,
     register_target,
     tvm_ffi_version,
     tvm_version,
+)
+from .plugins import (
+    PluginPattern,
+    PluginUnavailable,
+    VendorPlugin,
+    available_plugins,
+    get_plugin,
+    register_plugin,
 )
 from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
 from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
@@ -22,7 +31,14 @@ __all__ = [
     "CompiledModule",
     "allocate",
     "DeviceFunctions",
+    "PluginPattern",
+    "PluginUnavailable",
     "TargetSpec",
+    "VendorPlugin",
+    "available_plugins",
+    "get_plugin",
+    "plugin_target",
+    "register_plugin",
     "ToolchainMissing",
     "TuningDatabase",
     "TuningReport",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 
 import tvm
@@ -31,6 +31,7 @@ class TargetSpec:
     debian_packages: tuple[str, ...] = ()  # what provides the cross compiler and an emulator
     schedules: tuple[str, ...] = ("database",)  # keys of SCHEDULE_SOURCES
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags the generated code needs
+    plugins: tuple[str, ...] = ()  # vendor plugins (targets.plugins) that take their patterns first
 
     def __post_init__(self):
         unknown = [s for s in self.schedules if s not in SCHEDULE_SOURCES]
@@ -57,7 +58,8 @@ class TargetSpec:
 
     @cached_property
     def _key(self) -> str:
-        return str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs
+        key = str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs
+        return f"{key} plugins={','.join(self.plugins)}" if self.plugins else key
 
 
 _TARGETS: dict[str, TargetSpec] = {}
@@ -70,6 +72,12 @@ def register_target(spec: TargetSpec) -> TargetSpec:
 
 def get_target(name: str) -> TargetSpec:
     _ensure_builtin()
+    if name not in _TARGETS and name.startswith(_PLUGIN_TARGET_PREFIX):
+        from .plugins import get_plugin
+        try:
+            plugin_target(get_plugin(name[len(_PLUGIN_TARGET_PREFIX):]).name)
+        except KeyError:
+            pass
     if name not in _TARGETS:
         raise KeyError(f"unknown target {name!r}; available: {', '.join(sorted(_TARGETS))}")
     return _TARGETS[name]
@@ -95,6 +103,20 @@ def host_cpu() -> TargetSpec:
         device_kind="cpu",
         description=f"this machine's CPU (LLVM mcpu {mcpu}, {cores} cores)",
     )
+
+
+_PLUGIN_TARGET_PREFIX = "host-cpu-"
+
+
+def plugin_target(plugin: str) -> TargetSpec:
+    """The host CPU with vendor plugin ``plugin`` taking its patterns first (named
+    host-cpu-<plugin>), registered on first use."""
+    name = _PLUGIN_TARGET_PREFIX + plugin
+    if name not in _TARGETS:
+        host = host_cpu()
+        register_target(replace(host, name=name, plugins=(plugin,),
+                                description=f"{host.description}, with the {plugin} plugin"))
+    return _TARGETS[name]
 
 
 AARCH64_LINUX = TargetSpec(

@@ -14,6 +14,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
+from . import plugins as vendor_plugins
 from .registry import TargetSpec, cpu_count
 
 # TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
@@ -43,8 +44,8 @@ _ALIGNMENT = 64  # bytes: what TVM's kernels assume of every buffer
 
 def _shared_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor | None:
     """A TVM tensor over ``array``'s own memory where TVM can use it as it is (C-contiguous,
-    64-byte aligned, on the CPU, a dtype DLPack carries), else None."""
-    if (array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
+    64-byte aligned, on the CPU, a dtype DLPack carries, not empty), else None."""
+    if (array.size and array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
             and device.dlpack_device_type() == 1):
         try:
             return tvm.runtime.from_dlpack(array)
@@ -55,8 +56,8 @@ def _shared_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor | None:
 
 def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm.runtime.Tensor] | None:
     """An aligned array shaped like ``array`` and a TVM tensor over it, to copy into; None off
-    the CPU or for a dtype DLPack does not carry."""
-    if device.dlpack_device_type() != 1:
+    the CPU, for a dtype DLPack does not carry, or for an empty array."""
+    if device.dlpack_device_type() != 1 or not array.size:
         return None
     raw = np.empty(array.nbytes + _ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % _ALIGNMENT
@@ -70,6 +71,8 @@ def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm.runtime.
 def device_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor:
     """``array`` as a TVM tensor on ``device``: the same memory where TVM can use it as it is
     (C-contiguous, 64-byte aligned, on that device), else a copy."""
+    if array.size == 0:  # numpy keeps any strides on empty arrays; TVM wants compact ones
+        return tvm.runtime.empty(array.shape, str(array.dtype), device)
     shared = _shared_tensor(array, device)
     if shared is not None:
         return shared
@@ -126,8 +129,9 @@ class CompiledModule:
 
     def __init__(self, library, spec: TargetSpec, device_index: int = 0,
                  kernel_bindings: dict[str, list[str]] | None = None,
-                 tuned_kernels: list[str] | None = None):
+                 tuned_kernels: list[str] | None = None, vendor_regions: list[str] | None = None):
         self.library = library
+        self.vendor_regions = vendor_regions or []  # functions vendor plugins compiled
         # kernel name -> the graph bindings it computes, in call order (see compile_module)
         self.kernel_bindings = kernel_bindings or {}
         self.tuned_kernels = tuned_kernels or []  # kernels scheduled by tuning records
@@ -135,6 +139,7 @@ class CompiledModule:
         self.device_index = device_index
         self._vm = None
         self._main = None
+        self.runtime_library = None  # what the VM runs, once made: a loaded module with vendor parts
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
         # Per input slot, used under _lock: (the last array run, the tensor TVM gets for it,
         # the aligned buffer it is copied into or None when TVM shares its memory). An array's
@@ -150,7 +155,8 @@ class CompiledModule:
                     f"{os.uname().machine} machine; export it and run it on the device"
                 )
             self._device = self.spec.tvm_device(self.device_index)
-            self._vm = relax.VirtualMachine(self.library, self._device)
+            self.runtime_library = self._runnable_library()
+            self._vm = relax.VirtualMachine(self.runtime_library, self._device)
         return self._vm
 
     def _entry(self):
@@ -211,9 +217,22 @@ class CompiledModule:
         tensors = [device_tensor(a, self._device) for a in inputs]
         return lambda: main(*tensors)
 
+    def _runnable_library(self):
+        """The library the VM runs: a module with vendor parts is linked against the vendor's
+        libraries first (TVM's in-process link knows nothing of them)."""
+        if not self.vendor_regions or not isinstance(self.library, relax.VMExecutable):
+            return self.library
+        self._linked = tempfile.TemporaryDirectory(prefix="odla-tvm-")
+        path = os.path.join(self._linked.name, "module.so")
+        self.export(path)
+        return tvm.runtime.load_module(path)
+
     def export(self, path: str) -> None:
-        """Writes the module as a shared library for its target (what export_library writes)."""
-        self.library.export_library(path, fcompile=_fcompile(self.spec))
+        """Writes the module as a shared library for its target (what export_library writes),
+        linked with what its vendor plugins need."""
+        options = [o for name in self.spec.plugins
+                   for o in vendor_plugins.get_plugin(name).link_options()]
+        self.library.export_library(path, fcompile=_fcompile(self.spec), options=options or None)
 
     def to_bytes(self) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -329,9 +348,12 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
     target = spec.tvm_target()
     recorder = _KernelRecorder()
     with _compile_lock, tvm.transform.PassContext(opt_level=3, instruments=[recorder]), target:
+        for name in spec.plugins:
+            mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name))
+        regions = vendor_plugins.offloaded_regions(mod)
         scheduled = _scheduled(mod, spec, database)
         if scheduled is None:
             library = tvm.compile(mod, target=target)
         else:
             library = tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec))
-    return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned)
+    return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions)

@@ -1,0 +1,257 @@
+"""Vendor plugins: a vendor library takes the parts of a graph it matches (TVM's BYOC).
+
+A plugin declares its name and the ODLA device it serves, the patterns it takes (each with a
+check on shapes, dtypes and attributes), a codegen that turns the matched functions into a
+runtime module, what linking and running that module needs, and the vendor-specific
+computation items it understands. Plugins come from the ``odla_tvm.plugins`` entry point
+group, so a package outside this repository adds a vendor by declaring::
+
+    [project.entry-points."odla_tvm.plugins"]
+    myvendor = "myvendor_odla:PLUGIN"      # a VendorPlugin, or a function returning one
+
+Partitioning is TVM's: FuseOpsByPattern groups what each pattern matches into a composite
+function, MergeCompositeFunctions joins neighbouring composites into one function per region,
+RunCodegen hands the regions to the plugin's codegen (registered as ``relax.ext.<name>``).
+Everything the plugin does not take stays with TVM's own code generation in the same module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import tvm
+import tvm_ffi.libinfo
+from tvm import relax
+from tvm.relax.dpl import DFPattern
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "odla_tvm.plugins"
+
+
+class PluginUnavailable(RuntimeError):
+    """A plugin cannot build or run here; the message says what to install."""
+
+
+@dataclass(frozen=True)
+class PluginPattern:
+    """A subgraph a plugin takes: ``pattern`` (the root is what the composite computes),
+    ``annotations`` naming the pattern's parts for ``check``, and ``check``, given TVM's
+    PatternCheckContext, saying whether this match (its shapes, dtypes, attributes) is taken."""
+
+    name: str  # "<plugin>.<what>": the composite function's name, which the codegen reads
+    pattern: DFPattern
+    annotations: Mapping[str, DFPattern] = field(default_factory=dict)
+    check: Callable[[relax.transform.PatternCheckContext], bool] | None = None
+
+    def fusion_pattern(self) -> relax.transform.FusionPattern:
+        return relax.transform.FusionPattern(self.name, self.pattern, dict(self.annotations),
+                                             self.check)
+
+
+def _nothing_needed() -> None:
+    return None
+
+
+def _no_options() -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class VendorPlugin:
+    """A vendor library behind an ODLA device."""
+
+    name: str  # the codegen's name: composites are "<name>.<what>", the codegen relax.ext.<name>
+    device_name: str  # the ODLA DeviceName member it serves, e.g. "INTEL_DNNL"
+    description: str
+    patterns: Callable[[], Sequence[PluginPattern]]
+    # The regions RunCodegen gives it (relax Functions holding composite calls; see
+    # composite_steps) to runtime modules that export_library links, e.g. static_library(...).
+    codegen: Callable[[list[relax.Function]], list[tvm.runtime.Module]]
+    link_options: Callable[[], list[str]] = _no_options  # for export_library: -L, -l, rpath
+    check_available: Callable[[], None] = _nothing_needed  # raises PluginUnavailable
+    # Vendor-specific computation items it understands: item name -> what it means.
+    items: Mapping[str, str] = field(default_factory=dict)
+    # A rewrite of the whole module before partitioning (a layout change, say), or None.
+    prepare: Callable[[tvm.IRModule], tvm.IRModule] | None = None
+
+
+_PLUGINS: dict[str, VendorPlugin] = {}
+_entry_points_loaded = False
+_load_lock = threading.Lock()
+
+
+def register_plugin(plugin: VendorPlugin) -> VendorPlugin:
+    """Makes ``plugin`` available by name (entry points do this for installed packages)."""
+    if not isinstance(plugin, VendorPlugin):
+        raise TypeError(f"register_plugin expects a targets.VendorPlugin, got {type(plugin).__name__}")
+    _PLUGINS[plugin.name] = plugin
+    return plugin
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    with _load_lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = entry.load()
+                register_plugin(loaded() if callable(loaded) else loaded)
+            except Exception as err:  # a broken third-party plugin must not break the others
+                log.warning("plugin entry point %s = %s failed to load: %s; it is skipped",
+                            entry.name, entry.value, err)
+
+
+def reload_plugins() -> None:
+    """Reads the entry points again (after a package was installed in this process)."""
+    global _entry_points_loaded
+    _entry_points_loaded = False
+    _load_entry_points()
+
+
+def get_plugin(name: str) -> VendorPlugin:
+    _load_entry_points()
+    if name not in _PLUGINS:
+        raise KeyError(f"unknown vendor plugin {name!r}; available: "
+                       f"{', '.join(sorted(_PLUGINS)) or 'none'}")
+    return _PLUGINS[name]
+
+
+def available_plugins() -> list[VendorPlugin]:
+    _load_entry_points()
+    return [_PLUGINS[n] for n in sorted(_PLUGINS)]
+
+
+def partition(mod: tvm.IRModule, plugin: VendorPlugin) -> tvm.IRModule:
+    """``mod`` with what ``plugin`` takes compiled by its codegen (kept in the module's
+    external_mods, called with call_dps_packed) and the rest left for TVM."""
+    plugin.check_available()
+    # RunCodegen finds the codegen by this global name; registering here (not at import) keeps
+    # the newest definition of a plugin of that name, as a re-registered plugin expects.
+    tvm.register_global_func(f"relax.ext.{plugin.name}",
+                             lambda functions, _options, _constants: plugin.codegen(list(functions)),
+                             override=True)
+    if plugin.prepare is not None:
+        mod = plugin.prepare(mod)
+    return tvm.transform.Sequential([
+        relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns()],
+                                         bind_constants=False),
+        relax.transform.MergeCompositeFunctions(),
+        relax.transform.RunCodegen(),
+    ])(mod)
+
+
+def offloaded_regions(mod: tvm.IRModule) -> list[str]:
+    """The vendor-compiled functions ``main`` calls (what RunCodegen turned into
+    call_dps_packed of an external function), in call order."""
+    names: list[str] = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+                expr.op.name == "relax.call_dps_packed" and isinstance(expr.args[0], relax.ExternFunc):
+            names.append(str(expr.args[0].global_symbol))
+
+    if mod.attrs is not None and "external_mods" in mod.attrs:
+        relax.analysis.post_order_visit(mod["main"], visit)
+    return names
+
+
+# ---- what codegens share -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Step:
+    """One composite call in a region, in the order the region computes them."""
+
+    composite: str  # the pattern's name
+    calls: tuple[relax.Call, ...]  # the composite's op calls in order (their .op.name, .attrs)
+    inputs: tuple[tuple[str, int], ...]  # ("param", i) of the region or ("step", j) before it
+    output: relax.TensorType
+
+
+def composite_steps(region: relax.Function) -> tuple[list[Step], list[tuple[str, int]]]:
+    """The steps of a region made by MergeCompositeFunctions, and what it returns (operands
+    as in Step.inputs). Raises ValueError for a binding that is not a composite call."""
+    operands: dict[relax.Var, tuple[str, int]] = {p: ("param", i) for i, p in enumerate(region.params)}
+    composites: dict[relax.Var, relax.Function] = {}
+    steps: list[Step] = []
+    for block in region.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function):
+                composites[binding.var] = value
+            elif isinstance(value, relax.Call) and value.op in composites:
+                inner = composites[value.op]
+                calls = tuple(_op_calls(inner))
+                steps.append(Step(str(inner.attrs["Composite"]), calls,
+                                  tuple(operands[a] for a in value.args), binding.var.ty))
+                operands[binding.var] = ("step", len(steps) - 1)
+            elif isinstance(value, relax.Var):
+                operands[binding.var] = operands[value]
+            else:
+                raise ValueError(f"region {region.attrs['global_symbol']}: unexpected binding "
+                                 f"{binding.var.name} = {value}")
+    body = region.body.body
+    results = body.fields if isinstance(body, relax.Tuple) else [body]
+    return steps, [operands[r] for r in results]
+
+
+def _op_calls(composite: relax.Function) -> list[relax.Call]:
+    calls = []
+    for block in composite.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op):
+                calls.append(binding.value)
+    return calls
+
+
+def cache_dir() -> str:
+    """Where compiled plugin objects are kept: $ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm."""
+    root = os.environ.get("ODLA_TVM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "odla-tvm")
+    return os.path.join(root, "plugins")
+
+
+def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++") -> str:
+    """Compiles C++ ``source`` (which may include tvm/ffi headers) to a position-independent
+    object file, cached by the source, flags and compiler; returns its path."""
+    if shutil.which(compiler) is None:
+        raise PluginUnavailable(f"{compiler} is not installed; plugins compile their kernels "
+                                "with it: apt-get install g++")
+    command = [compiler, "-std=c++17", "-O2", "-fPIC", "-c", *flags,
+               "-I", tvm_ffi.libinfo.find_include_path(),
+               "-I", tvm_ffi.libinfo.find_dlpack_include_path()]
+    digest = hashlib.sha256("\0".join([source, *command]).encode()).hexdigest()[:20]
+    directory = cache_dir()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{digest}.o")
+    if os.path.exists(path):
+        return path
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        source_path = os.path.join(tmp, "kernels.cc")
+        with open(source_path, "w") as f:
+            f.write(source)
+        built = subprocess.run([*command, source_path, "-o", os.path.join(tmp, "kernels.o")],
+                               capture_output=True, text=True)
+        if built.returncode:
+            raise RuntimeError(f"{compiler} failed on generated plugin code "
+                               f"({source_path}):\n{built.stderr[-4000:]}")
+        os.replace(os.path.join(tmp, "kernels.o"), path)  # atomic: concurrent builds agree
+    return path
+
+
+def static_library(source: str, function_names: Sequence[str],
+                   flags: Sequence[str] = ()) -> tvm.runtime.Module:
+    """A runtime module of the functions ``source`` exports (TVM_FFI_DLL_EXPORT_TYPED_FUNC),
+    which export_library links into the model's shared library."""
+    return tvm.runtime.load_static_library(compile_object(source, flags), list(function_names))
