@@ -77,6 +77,7 @@ from .ops.control_flow import (
     end_loop,
     enter_branch_body,
 )
+from .ops.custom import custom_op, register_custom_op
 from .ops.math import (
     abs,
     acos,
@@ -188,6 +189,7 @@ from .ops.nn import (
     topk,
 )
 from .ops.process import (
+    bit_cast,
     broadcast,
     cast,
     compress,

@@ -4,6 +4,7 @@ The ODLA layer hands operands as opaque handles (Relax expressions) and plain at
 this package knows nothing of devices, targets or files.
 """
 
+from .custom_ops import register_custom_op
 from .errors import LoweringError
 from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
 from .precision import PRECISIONS, reduce_precision
@@ -17,6 +18,7 @@ __all__ = [
     "dtype_of",
     "register",
     "reduce_precision",
+    "register_custom_op",
     "registered_ops",
     "shape_of",
 ]

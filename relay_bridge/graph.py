@@ -49,6 +49,13 @@ class Emitter:
         gv = self._graph._normalizer.add_func(prim_func, name)
         return self(relax.call_tir(gv, args, out_ty))
 
+    def extern(self, name: str, modules: list, args: list, out_ty) -> relax.Var:
+        """Binds a call of function ``name`` exported by ``modules`` (runtime modules that
+        export_library links into the model), writing tensors of type ``out_ty``."""
+        self._graph._external_modules.extend(m for m in modules
+                                             if m not in self._graph._external_modules)
+        return self(relax.call_dps_packed(relax.ExternFunc(name), args, out_ty))
+
     def with_shape(self, expr: relax.Expr, dims=None) -> relax.Var:
         """``expr`` bound with a shape TVM can lower: a match_cast to ``dims`` (those known;
         None for one known at run time only), unknown dims becoming fresh symbolic dims, so
@@ -98,6 +105,7 @@ class GraphBuilder:
         self._enclosing: list[list[relax.Binding]] = []  # bindings of the scopes around this one
         self._closed: set[relax.Var] = set()  # variables of closed scopes
         self._functions: dict[relax.GlobalVar, relax.Function] = {}
+        self._external_modules: list = []  # compiled code that extern calls need
         self._next_id = 0
         self.origins: dict[str, str] = {}  # binding name -> the op's name (its ODLA value id)
 
@@ -222,6 +230,8 @@ class GraphBuilder:
         # Drops the kernels and functions of ops that the outputs do not need.
         mod = relax.transform.DeadCodeElimination(["main"])(mod)
         mod = relax.transform.Normalize()(mod)
+        if self._external_modules:
+            mod = mod.with_attr("external_mods", list(self._external_modules))
         return relax.transform.ConvertToDataflow()(mod)
 
 

@@ -177,6 +177,10 @@ class Step:
     calls: tuple[relax.Call, ...]  # the composite's op calls in order (their .op.name, .attrs)
     inputs: tuple[tuple[str, int], ...]  # ("param", i) of the region or ("step", j) before it
     output: relax.TensorType
+    # Per call, where each argument comes from: ("input", k) the step's k-th input, ("call", j)
+    # the j-th call's result, ("other", -1) anything else (a constant, a shape). Patterns match
+    # commutative ops either way round, so a codegen needs this to tell its operands apart.
+    arguments: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
 def composite_steps(region: relax.Function) -> tuple[list[Step], list[tuple[str, int]]]:
@@ -192,9 +196,10 @@ def composite_steps(region: relax.Function) -> tuple[list[Step], list[tuple[str,
                 composites[binding.var] = value
             elif isinstance(value, relax.Call) and value.op in composites:
                 inner = composites[value.op]
-                calls = tuple(_op_calls(inner))
-                steps.append(Step(str(inner.attrs["Composite"]), calls,
-                                  tuple(operands[a] for a in value.args), binding.var.ty))
+                calls, arguments = _op_calls(inner)
+                steps.append(Step(str(inner.attrs["Composite"]), tuple(calls),
+                                  tuple(operands[a] for a in value.args), binding.var.ty,
+                                  tuple(arguments)))
                 operands[binding.var] = ("step", len(steps) - 1)
             elif isinstance(value, relax.Var):
                 operands[binding.var] = operands[value]
@@ -206,13 +211,18 @@ def composite_steps(region: relax.Function) -> tuple[list[Step], list[tuple[str,
     return steps, [operands[r] for r in results]
 
 
-def _op_calls(composite: relax.Function) -> list[relax.Call]:
-    calls = []
+def _op_calls(composite: relax.Function) -> tuple[list[relax.Call], list[tuple]]:
+    """The composite's op calls in order, and per call where its arguments come from."""
+    sources: dict[relax.Var, tuple[str, int]] = {p: ("input", i)
+                                                 for i, p in enumerate(composite.params)}
+    calls, arguments = [], []
     for block in composite.body.blocks:
         for binding in block.bindings:
             if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op):
                 calls.append(binding.value)
-    return calls
+                arguments.append(tuple(sources.get(a, ("other", -1)) for a in binding.value.args))
+                sources[binding.var] = ("call", len(calls) - 1)
+    return calls, arguments
 
 
 def cache_dir() -> str:
@@ -222,13 +232,16 @@ def cache_dir() -> str:
     return os.path.join(root, "plugins")
 
 
-def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++") -> str:
-    """Compiles C++ ``source`` (which may include tvm/ffi headers) to a position-independent
-    object file, cached by the source, flags and compiler; returns its path."""
+def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++",
+                   language: str = "c++") -> str:
+    """Compiles ``source`` in ``language`` ("c++", which may include tvm/ffi headers, or "c")
+    to a position-independent object file, cached by the source, flags and compiler; returns
+    its path."""
     if shutil.which(compiler) is None:
         raise PluginUnavailable(f"{compiler} is not installed; plugins compile their kernels "
                                 "with it: apt-get install g++")
-    command = [compiler, "-std=c++17", "-O2", "-fPIC", "-c", *flags,
+    standard = "-std=c++17" if language == "c++" else "-std=c11"
+    command = [compiler, "-x", language, standard, "-O2", "-fPIC", "-c", *flags,
                "-I", tvm_ffi.libinfo.find_include_path(),
                "-I", tvm_ffi.libinfo.find_dlpack_include_path()]
     digest = hashlib.sha256("\0".join([source, *command]).encode()).hexdigest()[:20]
@@ -238,14 +251,15 @@ def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++"
     if os.path.exists(path):
         return path
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        source_path = os.path.join(tmp, "kernels.cc")
+        source_path = os.path.join(tmp, "kernels.cc" if language == "c++" else "kernels.c")
         with open(source_path, "w") as f:
             f.write(source)
         built = subprocess.run([*command, source_path, "-o", os.path.join(tmp, "kernels.o")],
                                capture_output=True, text=True)
         if built.returncode:
-            raise RuntimeError(f"{compiler} failed on generated plugin code "
-                               f"({source_path}):\n{built.stderr[-4000:]}")
+            errors = [line for line in built.stderr.splitlines() if "error" in line]
+            raise RuntimeError(f"{compiler} failed on {language} code: "
+                               f"{(errors or built.stderr.splitlines() or ['no message'])[0]}")
         os.replace(os.path.join(tmp, "kernels.o"), path)  # atomic: concurrent builds agree
     return path
 

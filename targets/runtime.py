@@ -232,7 +232,9 @@ class CompiledModule:
         linked with what its vendor plugins need."""
         options = [o for name in self.spec.plugins
                    for o in vendor_plugins.get_plugin(name).link_options()]
-        self.library.export_library(path, fcompile=_fcompile(self.spec), options=options or None)
+        # Only with options: with a C module among the imports TVM turns None into [None].
+        extra = {"options": options} if options else {}
+        self.library.export_library(path, fcompile=_fcompile(self.spec), **extra)
 
     def to_bytes(self) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:

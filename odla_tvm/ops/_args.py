@@ -51,12 +51,13 @@ def number(op_name: str, name: str, value) -> float:
         raise invalid(op_name, f"{name} is {value!r}; expected a number") from None
 
 
-def apply_values(op_name, operands, attrs, value_ids=None, output_dims=None) -> list[Value]:
+def apply_values(op_name, operands, attrs, value_ids=None, output_dims=None,
+                 variadic=()) -> list[Value]:
     """Adds a multi-output op; ``value_ids`` is None or a sequence of one id per output."""
     if isinstance(value_ids, str):
         raise invalid(op_name, f"value_ids is {value_ids!r}; expected a sequence of ids or None")
     ids = None if value_ids is None else tuple(value_ids)
-    return current_computation().apply(op_name, operands, attrs, ids, output_dims)
+    return current_computation().apply(op_name, operands, attrs, ids, output_dims, variadic)
 
 
 def constant_ints(op_name: str, name: str, value) -> tuple[int, ...]:
