@@ -265,29 +265,71 @@ _compile_lock = threading.Lock()
 class _KernelRecorder:
     """Records, once ops are lowered (and again once kernels are fused), which graph bindings
     each kernel computes: the VM calls a kernel once per binding, in binding order, which maps
-    calls to values. Also records which kernels took their schedule from a tuning database."""
+    calls to values. A fused kernel is recorded as computing the binding its last op had
+    before FuseOps renamed it. Also records which kernels took their schedule from a tuning
+    database."""
 
     def __init__(self):
         self.kernels: dict[str, list[str]] = {}
         self.tuned: list[str] = []
         self._unscheduled: set[str] = set()
+        self._calls: dict[tuple, str] = {}  # (kernel, operand names) -> binding, before FuseOps
+        self._fused: dict[str, str] = {}  # binding of a fused call -> the binding it replaced
 
     def run_before_pass(self, mod, info):
         if info.name == "MetaScheduleApplyDatabase":
             self._unscheduled = set(_kernels(mod, scheduled=False))
+        if info.name == "FuseOps":
+            self._calls = {_call_key(value): var.name for var, value in _kernel_calls(mod["main"])}
 
     def run_after_pass(self, mod, info):
         if info.name == "MetaScheduleApplyDatabase":
             self.tuned = sorted(self._unscheduled & set(_kernels(mod, scheduled=True)))
+        if info.name == "FuseOps":
+            self._fused = self._fused_outputs(mod)
         if info.name not in ("LegalizeOps", "FuseTIR"):
             return
         self.kernels = {}
+        for var, value in _kernel_calls(mod["main"]):
+            self.kernels.setdefault(value.args[0].name_hint, []).append(
+                self._fused.get(var.name, var.name))
+
+    def _fused_outputs(self, mod) -> dict[str, str]:
+        """For each call of a fused function in ``main``, the binding name its last kernel
+        call had before fusion, found by that call's kernel and operands (the fused
+        function's parameters stand for the call's arguments)."""
+        outputs = {}
         for block in mod["main"].body.blocks:
             for binding in block.bindings:
                 value = binding.value
-                if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
-                        value.op.name == "relax.call_tir":
-                    self.kernels.setdefault(value.args[0].name_hint, []).append(binding.var.name)
+                if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar)):
+                    continue
+                fused = mod[value.op]
+                if not (fused.attrs and fused.attrs.get("Primitive", False)):
+                    continue
+                outer = {p.name: _operand_name(a) for p, a in zip(fused.params, value.args)}
+                last = _kernel_calls(fused)[-1][1]
+                original = self._calls.get(_call_key(last, outer))
+                if original is not None:
+                    outputs[binding.var.name] = original
+        return outputs
+
+
+def _kernel_calls(func: relax.Function) -> list[tuple[relax.Var, relax.Call]]:
+    """The call_tir bindings of ``func``, in order."""
+    return [(b.var, b.value) for block in func.body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+            and b.value.op.name == "relax.call_tir"]
+
+
+def _operand_name(expr) -> str:
+    return expr.name if isinstance(expr, relax.Var) else "<constant>"
+
+
+def _call_key(call: relax.Call, renamed: dict[str, str] | None = None) -> tuple:
+    operands = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else [call.args[1]]
+    names = [_operand_name(a) for a in operands]
+    return (call.args[0].name_hint, *(renamed.get(n, n) if renamed else n for n in names))
 
 
 def _kernels(mod: tvm.IRModule, scheduled: bool) -> list[str]:

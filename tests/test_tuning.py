@@ -79,6 +79,8 @@ def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
     code = exe.module.library.mod.imports[0].inspect_source("ll")
     plain = untuned.module.library.mod.imports[0].inspect_source("ll")
     assert "fused_conv2d_relu" in code and "fused_conv2d_relu" not in plain
+    # The fused kernel is profiled as the ODLA value it produces (the relu's output).
+    assert exe.kernel_values == {"fused_conv2d_relu": ["out"]}
     # The same numbers either way.
     results = []
     for executable in (exe, untuned):
