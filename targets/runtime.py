@@ -345,13 +345,22 @@ def _kernel_passes() -> list:
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 
+def _partitioned(mod: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+    """``mod`` with what the target's vendor plugins take compiled by them."""
+    for name in spec.plugins:
+        mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name))
+    return mod
+
+
 def fused_kernels(mod: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
-    """``mod`` with its ops lowered to fused kernels, exactly as compile_module does before it
-    applies tuning records (so a tuned workload matches at compile time)."""
+    """``mod`` with its ops lowered to fused kernels (after the target's vendor plugins took
+    theirs), exactly as compile_module does before it applies tuning records (so a tuned
+    workload matches at compile time)."""
     target = spec.tvm_target()
     with target:
         return tvm.transform.Sequential(
-            relax.pipeline.library_dispatch_passes(target) + _kernel_passes())(mod)
+            relax.pipeline.library_dispatch_passes(target) + _kernel_passes())(
+                _partitioned(mod, spec))
 
 
 def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database) -> tvm.IRModule | None:
@@ -392,12 +401,12 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
     target = spec.tvm_target()
     recorder = _KernelRecorder()
     with _compile_lock, tvm.transform.PassContext(opt_level=3, instruments=[recorder]), target:
-        for name in spec.plugins:
-            mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name))
-        regions = vendor_plugins.offloaded_regions(mod)
         scheduled = _scheduled(mod, spec, database)
         if scheduled is None:
+            mod = _partitioned(mod, spec)
+            regions = vendor_plugins.offloaded_regions(mod)
             library = tvm.compile(mod, target=target)
         else:
+            regions = vendor_plugins.offloaded_regions(scheduled)
             library = tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec))
     return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions)
