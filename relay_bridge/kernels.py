@@ -69,6 +69,30 @@ def strided_gather(x: te.Tensor, start: te.Tensor, stride: te.Tensor, sizes: lis
                       name="strided_gather")
 
 
+def extreme(x: te.Tensor, axes: list[int], keep_dims: bool, largest: bool) -> te.Tensor:
+    """The largest (or smallest) element of ``x`` over ``axes`` (sorted, non-negative). A
+    float reduction starts from -inf (+inf), so that a run of infinities reduces to
+    infinity; TOPI's starts from the largest finite number."""
+    dtype = str(x.dtype)
+    if dtype.startswith(("float", "bfloat")):
+        start = tirx.const(-math.inf if largest else math.inf, dtype)
+    else:
+        start = tirx.min_value(dtype) if largest else tirx.max_value(dtype)
+    combine = tirx.max if largest else tirx.min
+    reducer = te.comm_reducer(lambda a, b: combine(a, b), lambda t: start, name="extreme")
+    spans = {a: te.reduce_axis((0, x.shape[a]), f"k{a}") for a in axes}
+    kept = [a for a in range(len(x.shape)) if a not in spans]
+    out_dims = [1 if a in spans else x.shape[a] for a in range(len(x.shape))] if keep_dims \
+        else [x.shape[a] for a in kept]
+
+    def element(*i):
+        outer = dict(zip(range(len(x.shape)) if keep_dims else kept, i))
+        index = [spans[a] if a in spans else outer[a] for a in range(len(x.shape))]
+        return reducer(x(*index), axis=list(spans.values()))
+
+    return te.compute(out_dims, element, name="extreme")
+
+
 def _mix(h):
     """A 32-bit integer hash with good avalanche (Wellons' lowbias32)."""
     h = h ^ (h >> 16)

@@ -239,3 +239,164 @@ def test_backend_compiles_for_the_data_of_small_inputs_odla_needs_at_import():
         (y,) = rep.run([x, np.array([axis], np.int64)])
         np.testing.assert_allclose(y, x.sum(axis=axis), rtol=1e-5, atol=1e-6)
     assert rep.data_inputs == ["axes"] and len(rep._sessions) == 2
+
+
+# -- edge semantics, against onnx's reference evaluator ------------------------------------------
+
+def assert_like_reference(model, feeds, rtol=1e-5, atol=1e-6, dtypes=None):
+    """Outputs as onnx's reference evaluator computes them, of its dtypes or ``dtypes`` (where
+    it computes in float64 what the op defines in the inputs' type)."""
+    from onnx.reference import ReferenceEvaluator
+
+    outputs = onnx_backend.prepare(model).run(feeds)
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    assert len(outputs) == len(expected)
+    for k, (out, want) in enumerate(zip(outputs, expected)):
+        want = np.asarray(want)
+        assert out.dtype == (want.dtype if dtypes is None else dtypes[k])
+        assert out.shape == want.shape
+        np.testing.assert_allclose(out, want, rtol=rtol, atol=atol)
+
+
+def one_node_model(op_type, inputs, outputs, initializers=(), opset=18, domain="", **attrs):
+    """A model of one node; ``inputs`` and ``outputs`` are (name, onnx type, shape)."""
+    node = helper.make_node(op_type, [i[0] for i in inputs] + [t.name for t in initializers],
+                            [o[0] for o in outputs], domain=domain, **attrs)
+    graph = helper.make_graph([node], "test", [tensor(*i) for i in inputs],
+                              [tensor(*o) for o in outputs], list(initializers))
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
+def test_reduce_max_min_of_infinities_empty_sets_and_bools(op_type):
+    axis = [init("axes", np.array([1], np.int64))]
+    x = np.array([[-np.inf, -np.inf], [np.inf, np.inf], [1, -np.inf]], np.float32)
+    assert_like_reference(one_node_model(op_type, [("x", F, [3, 2])], [("y", F, [3, 1])], axis),
+                          {"x": x})
+    empty = one_node_model(op_type, [("x", F, [2, 0, 3])], [("y", F, [2, 1, 3])], axis)
+    y = onnx_backend.prepare(empty).run({"x": np.zeros((2, 0, 3), np.float32)})[0]
+    np.testing.assert_array_equal(y, np.full((2, 1, 3), -np.inf if op_type == "ReduceMax" else np.inf))
+    b = TensorProto.BOOL
+    bools = np.array([[True, False], [True, True], [False, False]])
+    assert_like_reference(one_node_model(op_type, [("x", b, [3, 2])], [("y", b, [3, 1])], axis),
+                          {"x": bools})
+
+
+def test_float_mod_bit_shifts_out_of_range_and_integer_powers():
+    x = np.array([0, -0.0, -3, 3, -1, 1, np.inf, 1, np.nan, 5.5], np.float32)
+    d = np.array([-2, 2, np.inf, np.inf, -np.inf, -np.inf, 2, 0, 2, -2], np.float32)
+    assert_like_reference(one_node_model("Mod", [("a", F, [10]), ("b", F, [10])],
+                                         [("y", F, [10])], fmod=0), {"a": x, "b": d})
+    i32 = TensorProto.INT32
+    values, amounts = np.array([-8, 4, -1, 5], np.int32), np.array([32, -1, 100, 1], np.int32)
+    for direction in ("LEFT", "RIGHT"):
+        model = one_node_model("BitShift", [("x", i32, [4]), ("s", i32, [4])], [("y", i32, [4])],
+                               direction=direction)
+        assert_like_reference(model, {"x": values, "s": amounts})
+    assert_like_reference(one_node_model("Pow", [("x", i32, [4]), ("p", i32, [4])],
+                                         [("y", i32, [4])]),
+                          {"x": np.array([2, -3, 7, 0], np.int32), "p": np.array([10, 3, 2, 5], np.int32)})
+    i64 = TensorProto.INT64
+    assert_like_reference(one_node_model("Pow", [("x", i64, [3]), ("p", F, [3])],
+                                         [("y", i64, [3])]),
+                          {"x": np.array([4, 9, 2], np.int64), "p": np.array([0.5, 2, 3], np.float32)})
+
+
+@pytest.mark.parametrize("source, target", [(np.float32, np.int32), (np.int64, np.float64),
+                                            (np.int8, np.uint8), (np.bool_, np.uint8)])
+def test_bit_cast_reinterprets_the_bits(source, target):
+    x = np.array([[1.5, -2, 0], [3, -0.25, 7]]).astype(source)
+    types = [helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in (source, target)]
+    model = one_node_model("BitCast", [("x", types[0], [2, 3])], [("y", types[1], [2, 3])],
+                           opset=26, to=types[1])
+    y = onnx_backend.prepare(model).run({"x": x})[0]
+    assert y.dtype == target
+    np.testing.assert_array_equal(y, x.view(target))
+
+
+@pytest.mark.parametrize("attrs, scales, sizes", [
+    (dict(mode="linear"), [1, 1, 0.6, 0.6], None),  # the scale, not the size ratio, maps
+    (dict(mode="cubic", antialias=1), [1, 1, 0.6, 0.6], None),
+    (dict(mode="linear", antialias=1), None, [1, 1, 3, 2]),
+    (dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric"),
+     [1, 1, 1.7, 0.5], None),
+    (dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5), [1, 1, 0.8, 1.4], None),
+    (dict(mode="nearest", nearest_mode="ceil"), [1, 1, 0.7, 1.3], None),
+    (dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+          extrapolation_value=10.0), None, [1, 1, 3, 3]),
+])
+def test_resize_modes_tvm_lacks_match_the_reference(attrs, scales, sizes):
+    x = rand(1, 2, 4, 5)
+    roi = init("roi", np.array([0, 0, 0.4, -0.2, 1, 1, 0.6, 1.3], np.float32)
+               if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize"
+               else np.zeros(0, np.float32))
+    constants = [roi, init("scales", np.array(scales or [], np.float32))]
+    if sizes:
+        constants.append(init("sizes", np.array(sizes, np.int64)))
+    out_dims = sizes or [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+    model = one_node_model("Resize", [("x", F, list(x.shape))], [("y", F, out_dims)],
+                           constants, opset=19, **attrs)
+    assert_like_reference(model, {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+def test_optimizer_steps_of_the_training_domain():
+    scalars = [("R", F, []), ("T", TensorProto.INT64, [])]
+    feeds = {"R": np.array(0.1, np.float32), "T": np.array(3, np.int64)}
+    tensors = {name: rand(2, 3, seed=k) for k, name in enumerate(["X", "G", "V", "H"])}
+    tensors["H"] = np.abs(tensors["H"])
+    adam = one_node_model("Adam", scalars + [(n, F, [2, 3]) for n in "XGVH"],
+                          [(n + "_new", F, [2, 3]) for n in "XVH"],
+                          domain="ai.onnx.preview.training", alpha=0.9, beta=0.99,
+                          epsilon=1e-6, norm_coefficient=0.01, norm_coefficient_post=0.02)
+    assert_like_reference(adam, {**feeds, **tensors}, dtypes=[np.float32] * 3)
+    for t in (0, 3):  # the first step weighs the gradient by 1
+        momentum = one_node_model("Momentum", scalars + [(n, F, [2, 3]) for n in "XGV"],
+                                  [(n + "_new", F, [2, 3]) for n in "XV"],
+                                  domain="ai.onnx.preview.training", alpha=0.9, beta=0.5,
+                                  mode="nesterov", norm_coefficient=0.01)
+        assert_like_reference(momentum, {**feeds, "T": np.array(t, np.int64),
+                                         **{n: tensors[n] for n in "XGV"}},
+                              dtypes=[np.float32] * 2)
+    adagrad = one_node_model("Adagrad", scalars + [(n, F, [2, 3]) for n in "XGH"],
+                             [(n + "_new", F, [2, 3]) for n in "XH"],
+                             domain="ai.onnx.preview.training", decay_factor=0.1,
+                             epsilon=1e-5, norm_coefficient=0.001)
+    assert_like_reference(adagrad, {**feeds, **{n: tensors[n] for n in "XGH"}},
+                          dtypes=[np.float32] * 2)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint16, np.uint32, np.uint64])
+def test_top_k_of_types_tvm_cannot_sort(dtype):
+    info = np.iinfo(dtype)
+    x = np.array([[3, info.max, info.min, 7, info.max - 1], [1, 5, 3, 4, 2]], dtype)
+    onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    for largest in (0, 1):
+        model = one_node_model("TopK", [("x", onnx_type, [2, 5])],
+                               [("v", onnx_type, [2, 2]), ("i", TensorProto.INT64, [2, 2])],
+                               [init("k", np.array([2], np.int64))], largest=largest)
+        assert_like_reference(model, {"x": x})
+
+
+def test_reshape_by_run_time_shape_with_allowzero():
+    model = one_node_model("Reshape", [("x", F, [0, 3, 4]), ("s", TensorProto.INT64, [3])],
+                           [("y", F, [3, 4, 0])], allowzero=1)
+    y = onnx_backend.prepare(model).run({"x": np.zeros((0, 3, 4), np.float32),
+                                         "s": np.array([3, 4, 0], np.int64)})[0]
+    assert y.shape == (3, 4, 0)
+
+
+def test_16_bit_products_and_softmax_accumulate_in_float32():
+    h = TensorProto.FLOAT16
+    a, b = rand(4, 64).astype(np.float16), rand(64, 8, seed=1).astype(np.float16)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["m"]),
+                        helper.make_node("Softmax", ["m"], ["y"], axis=-1)],
+                       [tensor("a", h, [4, 64]), tensor("b", h, [64, 8])], [tensor("y", h, [4, 8])])
+    y = onnx_backend.prepare(model).run({"a": a, "b": b})[0]
+    products = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16).astype(np.float32)
+    exp = np.exp(products - products.max(-1, keepdims=True))
+    want = (exp / exp.sum(-1, keepdims=True)).astype(np.float16)
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=1e-4)

@@ -63,7 +63,8 @@ add = _binary("Add", "add", "lhs + rhs.")
 sub = _binary("Sub", "sub", "lhs - rhs.")
 mul = _binary("Mul", "mul", "lhs * rhs.")
 div = _binary("Div", "div", "lhs / rhs (integers: truncated toward zero, as in C).")
-pow = _binary("Pow", "pow", "lhs ** rhs.")
+pow = _binary("Pow", "pow", "lhs ** rhs (integers: computed in float64 and truncated, as "
+              "onnxruntime does).")
 max = _binary("Max", "max", "Element-wise maximum.")
 min = _binary("Min", "min", "Element-wise minimum.")
 squared_difference = _binary("SquaredDifference", "squared_difference", "(lhs - rhs) ** 2.")
@@ -86,7 +87,9 @@ def mod(lhs: Value, rhs: Value, fmod: int, value_id: str | None = None) -> Value
 
 def shift(input: Value, shift_amount: Value, is_left_shift: bool,
           value_id: str | None = None) -> Value:
-    """Element-wise bit shift of an integer value by ``shift_amount`` bits."""
+    """Element-wise bit shift of an integer value by ``shift_amount`` bits (right shifts of
+    signed values fill with the sign bit). An amount that is negative or at least the bit
+    width leaves only the fill: -1 for a right shift of a negative value, else 0."""
     return apply("Shift", {"input": input, "shift_amount": shift_amount},
                  {"left": bool(is_left_shift)}, value_id)
 

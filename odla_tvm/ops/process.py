@@ -65,6 +65,20 @@ def cast(input: Value, target_type: ElementType, value_id: str | None = None) ->
     return apply("Cast", {"input": input}, {"dtype": str(dtype)}, value_id)
 
 
+def bit_cast(input: Value, target_type: ElementType, value_id: str | None = None) -> Value:
+    """The bits of each element read as ``target_type``, which must be as wide as the input's
+    element type (no value conversion). An odla-tvm extension: ODLA has no bit cast."""
+    try:
+        dtype = numpy_dtype(target_type)
+    except OdlaError as err:
+        raise OdlaError(Status.UNSUPPORTED_DATATYPE, f"BitCast: {err.message}") from None
+    if dtype.itemsize != input.type.dtype.itemsize:
+        raise invalid("BitCast", f"target_type {ElementType(target_type).name} is "
+                      f"{dtype.itemsize * 8} bits; expected the input's "
+                      f"{input.type.dtype.itemsize * 8} bits ({input.element_type.name})")
+    return apply("BitCast", {"input": input}, {"dtype": str(dtype)}, value_id)
+
+
 def squeeze(input: Value, num_of_axes: int, axes, output_dims=None,
             value_id: str | None = None) -> Value:
     """Drops the size-1 dims in ``axes``, or every size-1 dim when ``axes`` is empty."""
@@ -150,10 +164,13 @@ def one_hot(indices: Value, depth: int, values: Value, axis: int, output_dims=No
                  value_id, output_dims)
 
 
-def reshape_dynamic(input: Value, output_shape: Value, value_id: str | None = None) -> Value:
+def reshape_dynamic(input: Value, output_shape: Value, value_id: str | None = None, *,
+                    allow_zero: bool = False) -> Value:
     """Reshape to the dims held by the 1-D integer value ``output_shape`` at run time; as in
-    ONNX, a 0 keeps the input's dim and one -1 is inferred."""
-    return apply("ReshapeDynamic", {"input": input, "output_shape": output_shape}, {}, value_id)
+    ONNX, a 0 keeps the input's dim (or, with ``allow_zero``, is a dim of 0) and one -1 is
+    inferred."""
+    return apply("ReshapeDynamic", {"input": input, "output_shape": output_shape},
+                 {"allow_zero": bool(allow_zero)}, value_id)
 
 
 # ONNX's coordinate_transformation_mode names, which ``resize`` takes besides ODLA's modes.

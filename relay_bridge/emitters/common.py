@@ -56,3 +56,21 @@ def static_dims(x) -> list[int] | None:
     """The dims of ``x`` as ints, or None when one is known at run time only."""
     dims = x.ty.shape.values
     return [int(d) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None
+
+
+def accumulation_dtype(x) -> str:
+    """The dtype in which products and sums over ``x`` accumulate: float32 for 16-bit floats
+    (as onnxruntime and cuBLAS accumulate them), else ``x``'s own."""
+    dtype = str(x.ty.dtype)
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def widened(emit, x):
+    """``x`` cast to its accumulation dtype."""
+    wide = accumulation_dtype(x)
+    return x if wide == str(x.ty.dtype) else emit(R.astype(x, wide))
+
+
+def narrowed(emit, y, dtype: str):
+    """``y`` (accumulated wide) rounded once to ``dtype``."""
+    return y if str(y.ty.dtype) == dtype else emit(R.astype(y, dtype))

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
-from ..kernels import determinant_kernel, inverse_kernel
+from ..kernels import determinant_kernel, extreme, inverse_kernel
 from ..registry import register
-from .common import as_bool, check_axis, check_integer, check_same_dtype, is_float
+from .common import (
+    accumulation_dtype,
+    as_bool,
+    check_axis,
+    check_integer,
+    check_same_dtype,
+    is_float,
+    narrowed,
+)
 
 # Element-wise ops that are one Relax op each.
 _UNARY = {
@@ -21,7 +30,7 @@ _UNARY = {
     "Sqrt": R.sqrt, "Tan": R.tan, "Tanh": R.tanh,
 }
 _BINARY = {
-    "Add": R.add, "Sub": R.subtract, "Mul": R.multiply, "Div": R.divide, "Pow": R.power,
+    "Add": R.add, "Sub": R.subtract, "Mul": R.multiply, "Div": R.divide,
     "Max": R.maximum, "Min": R.minimum,
 }
 _COMPARE = {
@@ -98,19 +107,55 @@ def squared_difference(emit, lhs, rhs):
     return R.multiply(difference, difference)
 
 
+@register("Pow")
+def pow_(emit, lhs, rhs):
+    check_same_dtype(lhs, rhs)
+    if is_float(lhs):
+        return R.power(lhs, rhs)
+    # Integers through float64 and truncated back, as onnxruntime computes them (std::pow).
+    dtype = str(lhs.ty.dtype)
+    wide = [emit(R.astype(x, "float64")) for x in (lhs, rhs)]
+    return R.astype(emit(R.power(*wide)), dtype)
+
+
 @register("Mod")
 def mod(emit, lhs, rhs, *, fmod):
     check_same_dtype(lhs, rhs)
     # Relax's mod truncates (C's fmod); floor_mod takes the divisor's sign.
-    return R.mod(lhs, rhs) if fmod else R.floor_mod(lhs, rhs)
+    if fmod:
+        return R.mod(lhs, rhs)
+    if not is_float(lhs):
+        return R.floor_mod(lhs, rhs)
+    # Floats: fmod, moved by the divisor when its sign differs from the divisor's, and a zero
+    # carrying the divisor's sign, as Python's % does. (floor_mod's x - floor(x / y) * y
+    # gives NaN for an infinite divisor.)
+    dtype = str(lhs.ty.dtype)
+    zero = relax.const(0, dtype)
+    remainder = emit(R.mod(lhs, rhs))
+    signs_differ = emit(R.logical_xor(emit(R.less(remainder, zero)), emit(R.less(rhs, zero))))
+    moved = emit(R.logical_and(emit(R.not_equal(remainder, zero)), signs_differ))
+    remainder = emit(R.where(moved, emit(R.add(remainder, rhs)), remainder))
+    signed_zero = emit(R.where(emit(R.less(rhs, zero)), relax.const(-0.0, dtype), zero))
+    return R.where(emit(R.equal(remainder, zero)), signed_zero, remainder)
 
 
 @register("Shift")
 def shift(emit, x, amount, *, left):
     check_integer(x, "input")
-    if amount.ty.dtype != x.ty.dtype:
-        amount = emit(R.astype(amount, str(x.ty.dtype)))
-    return R.left_shift(x, amount) if left else R.right_shift(x, amount)
+    dtype = str(x.ty.dtype)
+    if amount.ty.dtype != dtype:
+        amount = emit(R.astype(amount, dtype))
+    # A negative amount or one of the bit width or more leaves only the sign fill: -1 for a
+    # right shift of a negative signed value, else 0 (LLVM leaves such shifts undefined).
+    bits = np.iinfo(dtype).bits
+    out_of_range = emit(R.logical_or(emit(R.less(amount, relax.const(0, dtype))),
+                                     emit(R.greater_equal(amount, relax.const(bits, dtype)))))
+    sign_fill = not left and dtype.startswith("int")
+    amount = emit(R.where(out_of_range, relax.const(bits - 1 if sign_fill else 0, dtype), amount))
+    if not left:
+        shifted = emit(R.right_shift(x, amount))
+        return shifted if sign_fill else R.where(out_of_range, relax.const(0, dtype), shifted)
+    return R.where(out_of_range, relax.const(0, dtype), emit(R.left_shift(x, amount)))
 
 
 @register("IsInf")
@@ -224,8 +269,8 @@ def gemm(emit, a, b, c, *, a_transpose, b_transpose, alpha, beta):
             raise LoweringError(f"{name} is {operand.ty}; expected a rank-2 matrix")
     a = _swap_last_two(emit, a) if a_transpose else a
     b = _swap_last_two(emit, b) if b_transpose else b
-    y = emit(R.matmul(a, b))
-    dtype = y.ty.dtype
+    dtype = str(a.ty.dtype)
+    y = narrowed(emit, emit(R.matmul(a, b, out_dtype=accumulation_dtype(a))), dtype)
     if alpha != 1.0:
         y = emit(R.multiply(y, relax.const(alpha, dtype)))
     if c is not None and beta != 0.0:
@@ -238,38 +283,78 @@ def gemm(emit, a, b, c, *, a_transpose, b_transpose, alpha, beta):
 def batch_mat_mul(emit, a, b, *, a_transpose, b_transpose):
     a = _swap_last_two(emit, a) if a_transpose else a
     b = _swap_last_two(emit, b) if b_transpose else b
-    return R.matmul(a, b)
+    return narrowed(emit, emit(R.matmul(a, b, out_dtype=accumulation_dtype(a))), str(a.ty.dtype))
 
 
 def _axes(x, axes) -> list[int] | None:
-    """Checked reduction axes; None (every axis) when ``axes`` is empty."""
+    """Checked reduction axes; None (every axis) when ``axes`` is empty or None."""
     rank = x.ty.ndim
-    bad = [a for a in axes if not -rank <= a < rank]
+    bad = [a for a in axes or () if not -rank <= a < rank]
     if bad:
         raise LoweringError(f"axes {bad} out of range for {x.ty}; expected -{rank}..{rank - 1}")
     return list(axes) if axes else None
 
 
-_REDUCE = {"ReduceMean": R.mean, "ReduceSum": R.sum, "ReduceMax": R.max, "ReduceMin": R.min,
-           "ReduceProd": R.prod}
+def _empty_set(x, axes, keep_dims, value):
+    """``value`` in the shape of a reduction of ``x`` over ``axes`` (None: every axis) when
+    a reduced dim is 0: TVM's reductions leave the results of empty sets unwritten. None
+    when every reduced dim has elements."""
+    dims = x.ty.shape.values
+    reduced = range(len(dims)) if axes is None else [a % len(dims) for a in axes]
+    if not any(isinstance(dims[a], tirx.IntImm) and int(dims[a]) == 0 for a in reduced):
+        return None
+    dtype = str(x.ty.dtype)
+    shape = [1 if a in reduced else d for a, d in enumerate(dims)
+             if keep_dims or a not in reduced]
+    return R.broadcast_to(relax.const(value, dtype), shape)
 
 
-def _reduce(relax_op):
-    return lambda emit, x, *, axes, keep_dims: relax_op(x, _axes(x, axes), keep_dims)
+def _relax_reduction(relax_op, empty):
+    def lower(emit, x, *, axes, keep_dims):
+        axes = _axes(x, axes)
+        empty_set = _empty_set(x, axes, keep_dims, empty)
+        return emit(relax_op(x, axes, keep_dims) if empty_set is None else empty_set)
+
+    return lower
 
 
-for _name, _op in _REDUCE.items():
-    register(_name)(_reduce(_op))
+_sum = register("ReduceSum")(_relax_reduction(R.sum, 0))
+register("ReduceMean")(_relax_reduction(R.mean, math.nan))
+register("ReduceProd")(_relax_reduction(R.prod, 1))
+
+
+def _extreme(largest: bool):
+    def lower(emit, x, *, axes, keep_dims):
+        if x.ty.dtype == "bool":  # as bytes: an empty set's maximum is false, its minimum true
+            return as_bool(emit, lower(emit, emit(R.astype(x, "uint8")), axes=axes,
+                                       keep_dims=keep_dims))
+        dtype, rank = str(x.ty.dtype), x.ty.ndim
+        if is_float(x):
+            empty = -math.inf if largest else math.inf
+        else:
+            empty = np.iinfo(dtype).min if largest else np.iinfo(dtype).max
+        axes = _axes(x, axes)
+        empty_set = _empty_set(x, axes, keep_dims, empty)
+        if empty_set is not None:
+            return emit(empty_set)
+        spans = sorted({a % rank for a in axes}) if axes else list(range(rank))
+        return emit.te(extreme, x, spans, keep_dims, largest)
+
+    return lower
+
+
+register("ReduceMax")(_extreme(True))
+register("ReduceMin")(_extreme(False))
 
 
 @register("ReduceSumSquare")
 def reduce_sum_square(emit, x, *, axes, keep_dims):
-    return R.sum(emit(R.multiply(x, x)), _axes(x, axes), keep_dims)
+    return _sum(emit, emit(R.multiply(x, x)), axes=axes, keep_dims=keep_dims)
 
 
 @register("ReduceLogSum")
 def reduce_log_sum(emit, x, *, axes, keep_dims):
-    return R.log(emit(R.sum(x, _axes(x, axes), keep_dims)))
+    return R.log(_sum(emit, x, axes=axes, keep_dims=keep_dims))
 
 
 @register("ReduceLogSumExp")
@@ -278,19 +363,19 @@ def reduce_log_sum_exp(emit, x, *, axes, keep_dims):
     axes = _axes(x, axes)
     peak = emit(R.max(x, axes, True))
     shifted = emit(R.exp(emit(R.subtract(x, peak))))
-    log_sum = emit(R.log(emit(R.sum(shifted, axes, keep_dims))))
+    log_sum = emit(R.log(_sum(emit, shifted, axes=axes, keep_dims=keep_dims)))
     return R.add(log_sum, peak if keep_dims else emit(R.max(x, axes, False)))
 
 
 @register("ReduceL1")
 def reduce_l1(emit, x, *, axes, keep_dims, epsilon):
-    total = emit(R.sum(emit(R.abs(x)), _axes(x, axes), keep_dims))
+    total = _sum(emit, emit(R.abs(x)), axes=axes, keep_dims=keep_dims)
     return R.add(total, relax.const(epsilon, str(x.ty.dtype))) if epsilon else total
 
 
 @register("ReduceL2")
 def reduce_l2(emit, x, *, axes, keep_dims, epsilon):
-    total = emit(R.sum(emit(R.multiply(x, x)), _axes(x, axes), keep_dims))
+    total = _sum(emit, emit(R.multiply(x, x)), axes=axes, keep_dims=keep_dims)
     if epsilon:
         total = emit(R.add(total, relax.const(epsilon, str(x.ty.dtype))))
     return R.sqrt(total)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from tvm import relax, tirx
+from tvm import relax, tirx, topi
 from tvm.ir.expr import Constant
 from tvm.relax import op as R
 
 from ..errors import LoweringError
 from ..registry import register
+from .common import accumulation_dtype, narrowed, widened
 from .layout import (
     check_window,
     data_layout,
@@ -52,8 +53,9 @@ def conv(emit, x, kernel, bias, *, channels_last, kernel_layout_name, group, str
         x, kernel, strides=tuple(strides), padding=tuple(paddings_front) + tuple(paddings_back),
         dilation=tuple(dilations), groups=group,
         data_layout=data_layout(rank, channels_last),
-        kernel_layout=kernel_layout(rank, kernel_layout_name),
+        kernel_layout=kernel_layout(rank, kernel_layout_name), out_dtype=accumulation_dtype(x),
     ))
+    y = narrowed(emit, y, str(x.ty.dtype))
     return _add_channel_bias(emit, y, bias, rank, channels_last)
 
 
@@ -160,15 +162,16 @@ def gelu(emit, x, *, use_approx):
     return R.nn.gelu_tanh(x) if use_approx else R.nn.gelu(x)
 
 
-@register("Softmax")
-def softmax(emit, x, *, axis):
-    return R.nn.softmax(x, axis)
+def _softmax_like(relax_op):
+    """``relax_op`` over ``axis``, computed in the accumulation dtype and rounded once."""
+    def lower(emit, x, *, axis):
+        return narrowed(emit, emit(relax_op(widened(emit, x), axis)), str(x.ty.dtype))
+
+    return lower
 
 
-@register("LogSoftmax")
-def log_softmax(emit, x, *, axis):
-    return R.nn.log_softmax(x, axis)
-
+register("Softmax")(_softmax_like(R.nn.softmax))
+register("LogSoftmax")(_softmax_like(R.nn.log_softmax))
 
 
 # -- element-wise activations ------------------------------------------------------------------
@@ -372,6 +375,10 @@ def lp_normalize(emit, x, scale, *, p, channels_last, axes, epsilon):
 
 # -- selection and detection -------------------------------------------------------------------
 
+# Element types TVM's CPU sort lacks, and the int type whose order its sort keys take.
+_SORT_KEYS = {"int16": "int32", "uint16": "int32", "uint32": "int64", "uint64": "int64"}
+
+
 @register("TopK")
 def topk(emit, x, *, k, largest, sorted, axis, index_dtype):
     size = x.ty.shape.values[axis]
@@ -379,8 +386,19 @@ def topk(emit, x, *, k, largest, sorted, axis, index_dtype):
         raise LoweringError(f"K is {k}, more than the {int(size)} elements along axis {axis}")
     # TOPI's topk is built on a stable sort, so ties keep the lower index first; the
     # result is sorted whether or not ``sorted`` asks for it.
-    both = emit(R.topk(x, k, axis, "both", largest, index_dtype))
-    return [relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)]
+    dtype = str(x.ty.dtype)
+    if dtype not in _SORT_KEYS:
+        both = emit(R.topk(x, k, axis, "both", largest, index_dtype))
+        return [relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)]
+    # TVM's CPU sort lacks this dtype: the indices come from order-preserving int keys.
+    key_dtype = _SORT_KEYS[dtype]
+    if dtype == "uint64":  # flipping the top bit maps 0..2**64-1 onto -2**63..2**63-1
+        keys = emit(R.bitwise_xor(emit.te(topi.reinterpret, x, key_dtype),
+                                  relax.const(np.iinfo(np.int64).min, key_dtype)))
+    else:
+        keys = emit(R.astype(x, key_dtype))
+    indices = emit(R.topk(keys, k, axis, "indices", largest, index_dtype))
+    return [emit(R.gather_elements(x, indices, axis)), indices]
 
 
 @register("NMS")

@@ -81,6 +81,13 @@ def cast(emit, x, *, dtype):
     return R.astype(x, dtype)
 
 
+@register("BitCast")
+def bit_cast(emit, x, *, dtype):
+    if "bool" in (x.ty.dtype, dtype):  # a BOOL byte holds 0 or 1, read alike as an integer
+        return R.astype(x, dtype)
+    return emit.te(topi.reinterpret, x, dtype)
+
+
 @register("Squeeze")
 def squeeze(emit, x, *, axes):
     dims = x.ty.shape.values
@@ -188,11 +195,12 @@ def _runtime_dims(emit, vector, name):
 
 
 @register("ReshapeDynamic")
-def reshape_dynamic(emit, x, output_shape):
+def reshape_dynamic(emit, x, output_shape, *, allow_zero):
     requested = _runtime_dims(emit, output_shape, "output_shape")
     in_dims = list(x.ty.shape.values)
-    # ONNX's rules: 0 keeps the input's dim, -1 is what the element count leaves.
-    dims = [tirx.Select(d == 0, in_dims[i], d) if i < len(in_dims) else d
+    # ONNX's rules: 0 keeps the input's dim (unless allow_zero), -1 is what the element
+    # count leaves.
+    dims = [tirx.Select(d == 0, in_dims[i], d) if i < len(in_dims) and not allow_zero else d
             for i, d in enumerate(requested)]
     one = tirx.const(1, "int64")
     known = functools.reduce(operator.mul, [tirx.Select(d == -1, one, d) for d in dims], one)

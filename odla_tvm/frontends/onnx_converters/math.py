@@ -64,9 +64,15 @@ def mean(node: Node):
 @converter("Pow")
 def pow(node: Node):
     base, exponent = node.inputs
-    if exponent.element_type != base.element_type:  # ONNX lets the exponent's type differ
-        exponent = odla.cast(exponent, base.element_type)
-    return odla.pow(base, exponent, value_id=node.id)
+    if exponent.element_type == base.element_type:
+        return odla.pow(base, exponent, value_id=node.id)
+    # ONNX lets the exponent's type differ: an integer base with a float exponent is raised
+    # in float64 and truncated, as onnxruntime does; other exponents take the base's type.
+    if np.issubdtype(base.type.dtype, np.integer) and \
+            np.issubdtype(exponent.type.dtype, np.floating):
+        wide = [odla.cast(v, ElementType.FLOAT64) for v in (base, exponent)]
+        return odla.cast(odla.pow(*wide), base.element_type, value_id=node.id)
+    return odla.pow(base, odla.cast(exponent, base.element_type), value_id=node.id)
 
 
 @converter("Mod")

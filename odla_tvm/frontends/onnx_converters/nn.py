@@ -124,34 +124,59 @@ class _PoolWindow:
     def dilated(self) -> bool:
         return any(d != 1 for d in self.dilations)
 
-    def pool(self, node: Node, x, combine, fill):
-        """Pooling of ``x`` composed from one strided slice per kernel offset of the padded
-        input, for what ODLA's pools cannot say (dilations; ceil_mode with padding counted):
-        ``combine`` folds the slices and the padding holds ``fill``. Returns the result and,
-        per output cell, how many input cells its window covers and how many input or
-        declared padding cells (not the overhang ceil_mode adds)."""
+    def parts(self, node: Node, x, fill):
+        """Per kernel offset, the strided slice of the padded ``x`` that meets that offset of
+        every window, and the slices of the padded spatial grid it takes; the padding holds
+        ``fill``. Composed pooling serves what ODLA's pools cannot say (dilations, indices,
+        ceil_mode with padding counted)."""
         shape = static_dims(node, x)
-        overhang = [b - d for b, d in zip(self.back, self.declared_back)]
-        inputs = np.pad(np.ones(shape[2:]), list(zip(self.front, self.back)))
-        declared = np.pad(np.ones([n + f + d for n, f, d in zip(shape[2:], self.front,
-                                                                self.declared_back)]),
-                          [(0, o) for o in overhang])
+        inside = np.pad(np.ones(shape[2:], bool), list(zip(self.front, self.back)))
         padded = odla.pad(x, [0, 0, *self.front], [0, 0, *self.back])
         if fill != 0:
-            padded = odla.select(constant(inputs.astype(bool)), padded, scalar(x, fill))
+            padded = odla.select(constant(inside), padded, scalar(x, fill))
         counts = [(n - (k - 1) * d - 1) // s + 1 for n, k, d, s in
-                  zip(inputs.shape, self.kernel, self.dilations, self.strides)]
-        result, input_cells, declared_cells = None, 0, 0
+                  zip(inside.shape, self.kernel, self.dilations, self.strides)]
         for offset in np.ndindex(*self.kernel):
             begin = [o * d for o, d in zip(offset, self.dilations)]
             end = [b + (c - 1) * s + 1 for b, c, s in zip(begin, counts, self.strides)]
             part = odla.slice(padded, [0, 0, *begin], [*shape[:2], *end],
                               [1, 1, *self.strides])
+            yield part, tuple(slice(b, e, s) for b, e, s in zip(begin, end, self.strides))
+
+    def pool(self, node: Node, x, combine, fill):
+        """The slices of ``parts`` folded by ``combine``, and per output cell how many input
+        cells its window covers and how many input or declared padding cells (not the
+        overhang ceil_mode adds)."""
+        spatial = static_dims(node, x)[2:]
+        inputs = np.pad(np.ones(spatial), list(zip(self.front, self.back)))
+        declared = np.pad(np.ones([n + f + d for n, f, d in zip(spatial, self.front,
+                                                                self.declared_back)]),
+                          [(0, b - d) for b, d in zip(self.back, self.declared_back)])
+        result, input_cells, declared_cells = None, 0, 0
+        for part, window in self.parts(node, x, fill):
             result = part if result is None else combine(result, part)
-            window = tuple(slice(b, e, s) for b, e, s in zip(begin, end, self.strides))
             input_cells = input_cells + inputs[window]
             declared_cells = declared_cells + declared[window]
         return result, input_cells, declared_cells
+
+    def max_with_indices(self, node: Node):
+        """Max pooling and, per output, the flat index into the input of its (first)
+        largest element, counted row-major (or column-major by ``storage_order``)."""
+        shape = static_dims(node, self.x)
+        positions = np.indices(shape)
+        # Each input cell's flat index, laid out on the padded grid (padding never wins).
+        flat = np.ravel_multi_index(positions, shape,
+                                    order="F" if node.attr("storage_order", 0) else "C")
+        flat = np.pad(flat, [(0, 0), (0, 0)] + list(zip(self.front, self.back)))
+        best, index = None, None
+        for part, window in self.parts(node, self.x, -np.inf):
+            where = constant(flat[(slice(None), slice(None)) + window].astype(np.int64))
+            if best is None:
+                best, index = part, where
+                continue
+            better = odla.greater(part, best)
+            best, index = odla.select(better, part, best), odla.select(better, where, index)
+        return best, index
 
 
 def _averaged(node: Node, w: _PoolWindow, total, input_cells, declared_cells, value_id=None):
@@ -161,9 +186,11 @@ def _averaged(node: Node, w: _PoolWindow, total, input_cells, declared_cells, va
 
 @converter("MaxPool")
 def max_pool(node: Node):
-    if node.wants(1):
-        raise node.unsupported("the Indices output; ODLA's MaxPool returns values only")
     w = _PoolWindow(node)
+    if node.wants(1):
+        values, indices = w.max_with_indices(node)
+        return [odla.cast(values, values.element_type, value_id=node.id),
+                odla.cast(indices, indices.element_type, value_id=node.ids[1])]
     if w.dilated:
         result, _, _ = w.pool(node, w.x, odla.max, -np.inf)
         return odla.cast(result, result.element_type, value_id=node.id)

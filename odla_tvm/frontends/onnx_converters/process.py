@@ -92,6 +92,11 @@ def cast_like(node: Node):
     return odla.cast(node.input(0), node.input(1).element_type, value_id=node.id)
 
 
+@converter("BitCast")
+def bit_cast(node: Node):
+    return odla.bit_cast(node.input(0), element_type(node.attr("to")), value_id=node.id)
+
+
 # -- shapes ------------------------------------------------------------------------------------
 
 def _reshaped_dims(node: Node, x, target):
@@ -108,7 +113,8 @@ def _reshaped_dims(node: Node, x, target):
 def reshape(node: Node):
     x = node.input(0)
     if not node.is_constant(1):
-        return odla.reshape_dynamic(x, node.input(1), value_id=node.id)
+        return odla.reshape_dynamic(x, node.input(1), value_id=node.id,
+                                    allow_zero=node.attr("allowzero", 0))
     return odla.reshape(x, _reshaped_dims(node, x, node.ints(1)), value_id=node.id)
 
 
@@ -353,36 +359,143 @@ def _pad(node: Node, x, pads, axes, fill):
 
 
 # -- resizing ----------------------------------------------------------------------------------
+_TVM_COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                         "tf_half_pixel_for_nn")
 _INTERPOLATIONS = {"nearest": odla.InterpolationMode.NEAREST,
                    "linear": odla.InterpolationMode.LINEAR, "cubic": odla.InterpolationMode.CUBIC}
 
 
 def _resized_dims(node: Node, x, scales, sizes, axes):
-    """Output dims from ``scales`` or ``sizes`` over ``axes``, as ONNX Resize computes them."""
+    """Output dims from ``scales`` or ``sizes`` over ``axes``, as ONNX Resize computes them,
+    and the scale of each axis (what coordinates are transformed by)."""
     in_dims = static_dims(node, x)
-    out = list(in_dims)
+    out, factors = list(in_dims), [1.0] * len(in_dims)
     if sizes is not None:
         policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        if policy == "stretch":
-            for axis, s in zip(axes, sizes):
-                out[axis] = int(s)
-        else:
-            ratios = [s / in_dims[a] for a, s in zip(axes, sizes)]
+        ratios = [s / in_dims[a] for a, s in zip(axes, sizes)]
+        if policy != "stretch":
             ratio = min(ratios) if policy == "not_larger" else max(ratios)
-            for axis in axes:
-                out[axis] = int(np.floor(in_dims[axis] * ratio + 0.5))
+            sizes = [int(np.floor(in_dims[a] * ratio + 0.5)) for a in axes]
+            ratios = [ratio] * len(axes)
+        for axis, size, ratio in zip(axes, sizes, ratios):
+            out[axis], factors[axis] = int(size), ratio
     else:
         for axis, scale in zip(axes, scales):
-            out[axis] = int(np.floor(in_dims[axis] * float(scale)))
-    return out
+            out[axis], factors[axis] = int(np.floor(in_dims[axis] * float(scale))), float(scale)
+    return out, factors
+
+
+def _cubic(distance, a: float):
+    """Keys' cubic convolution kernel with coefficient ``a`` at ``distance``."""
+    d = np.abs(distance)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+class _AxisResize:
+    """ONNX Resize along one axis as a weight matrix (output positions x input positions),
+    computed when the model is imported, and the positions outside a crop."""
+
+    def __init__(self, node: Node, mode: str, rule: str, size: int, out_size: int,
+                 scale: float, roi):
+        y = np.arange(out_size, dtype=np.float64)
+        width = scale * size  # the unrounded output size
+        self.outside = np.zeros(out_size, bool)
+        if mode == "align_corners":
+            x = y * (size - 1) / (width - 1) if width != 1 else np.zeros(out_size)
+        elif mode == "asymmetric":
+            x = y / scale
+        elif mode == "tf_half_pixel_for_nn":
+            x = (y + 0.5) / scale
+        elif mode == "tf_crop_and_resize":
+            span = (roi[1] - roi[0]) * (size - 1)
+            x = (y * span / (width - 1) if width != 1 else np.full(out_size, span / 2)) \
+                + roi[0] * (size - 1)
+            self.outside = (x < 0) | (x > size - 1)
+        elif mode == "pytorch_half_pixel":
+            x = (y + 0.5) / scale - 0.5 if width != 1 else np.full(out_size, -0.5)
+        elif mode in ("half_pixel", "half_pixel_symmetric"):
+            offset = size / 2 * (1 - out_size / width) if mode == "half_pixel_symmetric" else 0
+            x = offset + (y + 0.5) / scale - 0.5
+        else:
+            raise node.unsupported(f"coordinate_transformation_mode {mode!r}")
+        self.weights = self._weights(node, rule, x, size, scale)
+
+    @staticmethod
+    def _weights(node: Node, rule: str, x, size: int, scale: float):
+        """Each output position's weights of its input neighbours, edges repeated; ``rule``
+        is the nearest_mode."""
+        mode, antialias = node.attr("mode", "nearest"), node.attr("antialias", 0)
+        base = np.floor(x)
+        ratio = np.where(x == base, 1.0, x - base)  # in (0, 1]: the left neighbour preferred
+        if mode == "nearest":
+            right = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                     "floor": np.zeros_like(ratio, bool), "ceil": np.ones_like(ratio, bool)}[rule]
+            right = right | (ratio == 1)
+            taps, coefficients = [0, 1], np.stack([~right, right], 1).astype(np.float64)
+        else:
+            reach = 1 if mode == "linear" else 2  # the kernel's radius at scale 1
+            stretch = min(scale, 1.0) if antialias else 1.0  # antialias widens it downscaling
+            first = int(np.floor(-reach / stretch) + 1)
+            taps = list(range(first, 2 - first))
+            distance = (np.asarray(taps)[None, :] - ratio[:, None]) * stretch
+            coefficients = np.clip(1 - np.abs(distance), 0, 1) if mode == "linear" else \
+                _cubic(distance, node.attr("cubic_coeff_a", -0.75))
+            if antialias:
+                coefficients = coefficients / coefficients.sum(1, keepdims=True)
+        neighbours = (base - (ratio == 1))[:, None] + np.asarray(taps)[None, :]
+        if node.attr("exclude_outside", 0):
+            coefficients = np.where((neighbours < 0) | (neighbours >= size), 0.0, coefficients)
+            total = coefficients.sum(1, keepdims=True)
+            coefficients = coefficients / np.where(total == 0, 1.0, total)
+        weights = np.zeros((len(x), size))
+        rows = np.repeat(np.arange(len(x)), len(taps))
+        np.add.at(weights, (rows, np.clip(neighbours, 0, size - 1).astype(np.int64).ravel()),
+                  coefficients.ravel())
+        return weights
+
+
+def _resize_by_weights(node: Node, x, out, factors, axes, coordinate_mode, nearest_mode):
+    """Resize as one matrix product per resized axis, in float64 when ``x`` is float64 and
+    float32 otherwise: any mode, antialias, crops and scales the sizes do not match."""
+    in_dims = static_dims(node, x)
+    wide = odla.ElementType.FLOAT64 if x.element_type == odla.ElementType.FLOAT64 \
+        else odla.ElementType.FLOAT32
+    dtype = numpy_dtype(wide)
+    y = odla.cast(x, wide)
+    roi = node.array(1).reshape(-1) if coordinate_mode == "tf_crop_and_resize" else None
+    extrapolation = node.attr("extrapolation_value", 0.0)
+    current = list(in_dims)
+    for k, axis in enumerate(axes):
+        bounds = None if roi is None else (roi[k], roi[len(axes) + k])
+        if out[axis] == in_dims[axis] and factors[axis] == 1 and bounds in (None, (0, 1)):
+            continue  # an identity
+        resized = _AxisResize(node, coordinate_mode, nearest_mode, in_dims[axis], out[axis],
+                              factors[axis], bounds)
+        outer, inner = int(np.prod(current[:axis])), int(np.prod(current[axis + 1:]))
+        lines = odla.reshape(y, (outer, in_dims[axis], inner))
+        weights = constant(resized.weights.astype(dtype)[None])
+        y = odla.batch_mat_mul(weights, False, lines, False)
+        if resized.outside.any():
+            y = odla.select(constant(resized.outside.reshape(1, -1, 1)),
+                            constant(np.asarray(extrapolation, dtype)), y)
+        current[axis] = out[axis]
+    y = odla.reshape(y, tuple(current))
+    if x.element_type != wide and np.issubdtype(x.type.dtype, np.integer):
+        info = np.iinfo(x.type.dtype)  # saturated, then truncated, as onnx's reference casts
+        y = odla.clamp(y, float(info.min), float(info.max))
+    return odla.cast(y, x.element_type, value_id=node.id)
 
 
 def _resize(node: Node, x, scales, sizes, axes, coordinate_mode, nearest_mode):
-    if coordinate_mode == "tf_crop_and_resize":
-        raise node.unsupported("tf_crop_and_resize; ODLA resizes whole axes")
-    if node.attr("antialias", 0):
-        raise node.unsupported("antialias")
-    out = _resized_dims(node, x, scales, sizes, axes)
+    out, factors = _resized_dims(node, x, scales, sizes, axes)
+    in_dims = static_dims(node, x)
+    # TVM's resize maps coordinates by the ratio of the sizes, over whole axes, without
+    # antialiasing; the rest is computed by weight matrices.
+    if node.attr("antialias", 0) or coordinate_mode not in _TVM_COORDINATE_MODES or any(
+            f != o / i for f, o, i in zip(factors, out, in_dims) if o != i or f != 1):
+        return _resize_by_weights(node, x, out, factors, axes, coordinate_mode, nearest_mode)
     return odla.resize(x, _INTERPOLATIONS[node.attr("mode")], coordinate_mode, 0, out,
                        value_id=node.id, nearest_mode=nearest_mode,
                        cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
