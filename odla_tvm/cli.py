@@ -27,13 +27,20 @@ def info(_args) -> None:
     print(f"TVM {targets.tvm_version()}")
     print("devices:")
     for name in available_devices():
-        device = allocate_device(None, name, 0)
+        try:
+            device = allocate_device(None, name, 0)
+        except OdlaError as err:  # a plugin device whose library is missing here
+            print(f"  {name.name}: unavailable: {err.message}")
+            continue
         memory = get_device_info(device, DeviceInfo.TOTAL_MEMORY) / 2**30
         print(f"  {name.name} (index 0): {get_device_info(device, DeviceInfo.DEV_TYPE)}, "
               f"{memory:.1f} GiB, target {device.target.name}")
     print("targets:")
     for spec in targets.available_targets():
         print(f"  {spec.name}: {spec.target} ({spec.description})")
+    print("vendor plugins:")
+    for plugin in targets.available_plugins():
+        print(f"  {plugin.name}: device {plugin.device_name} ({plugin.description})")
     ops = relay_bridge.registered_ops()
     print(f"ops lowered: {len(ops)}: {', '.join(ops)}")
 

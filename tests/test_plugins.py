@@ -152,3 +152,18 @@ def test_plugin_that_cannot_run_here_says_what_to_install(toy_plugin, monkeypatc
     x = np.ones((2, 3), np.float32)  # the plain CPU device still works
     _, out = _run(_relu_sub_relu(), odla.allocate_device(), x)
     np.testing.assert_array_equal(out, np.full((2, 3), 0.5, np.float32))
+
+
+def test_info_lists_plugins_and_says_which_device_is_unavailable(toy_plugin, monkeypatch, capsys):
+    from odla_tvm.cli import main as cli
+
+    def missing():
+        raise targets.PluginUnavailable("libtoy.so is missing: pip install toy-runtime")
+
+    broken = plugins.VendorPlugin(**{**toy_plugin.__dict__, "check_available": missing})
+    monkeypatch.setitem(plugins._PLUGINS, "toy", broken)
+    assert cli(["info"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "toy: device CAMBRICON_MLU220" in out
+    assert "CAMBRICON_MLU220: unavailable" in out and "pip install toy-runtime" in out
+    assert "DEFAULT (index 0)" in out
