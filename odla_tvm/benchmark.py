@@ -29,11 +29,11 @@ from .computation import (
     set_value_as_output,
 )
 from .context import bind_to_argument, create_context
-from .device import _cpu_model
+from .device import _cpu_model, allocate_device
 from .executable import compile_computation, launch_executable
 from .ops.math import add
 from .session import Session
-from .types import ElementType, ItemType, OdlaError, Status, ValueType
+from .types import DeviceName, ElementType, ItemType, OdlaError, Status, ValueType
 from .version import __version__
 
 # Tuned ODLA-TVM is to reach onnxruntime's latency on these (docs/perf.md says how far it is).
@@ -52,18 +52,19 @@ class ModelTimes:
     tuned_s: float | None = None
     onnxruntime_s: float | None = None
     tuned_kernels: int = 0  # kernels that took a schedule from the tuning database
-    kernels: int = 0  # kernels of the tuned build
+    kernels: int = 0  # kernels of the tuned build (0: not tuned)
     tuning_trials: int = 0  # trials the database's run log spent on this model
     tuning_minutes: float = 0.0
     runs: int = 0  # timed runs of the path that had fewest (slow paths stop sooner)
     outputs_match: bool | None = None  # ODLA-TVM's outputs against onnxruntime's
+    onednn_s: float | None = None  # through the INTEL_DNNL device (the oneDNN plugin), untuned
     error: str = ""
 
     def summary(self) -> str:
         if self.error:
             return f"{self.name}: failed: {self.error}"
         return (f"{self.name}: untuned {_ms(self.untuned_s)} ms, tuned {_ms(self.tuned_s)} ms, "
-                f"onnxruntime {_ms(self.onnxruntime_s)} ms")
+                f"oneDNN {_ms(self.onednn_s)} ms, onnxruntime {_ms(self.onnxruntime_s)} ms")
 
 
 def median_latency(run, warmup: int = 1, runs: int = 5, budget_s: float = 30.0):
@@ -128,13 +129,22 @@ def _onnxruntime(model_bytes: bytes, threads: int):
     return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
-def _session(model, cache_dir) -> Session:
-    """A session over ``model`` compiled for this CPU with the tuning records in ``cache_dir``."""
+def _session(model, cache_dir, device=None) -> Session:
+    """A session over ``model`` compiled for ``device`` (this CPU when None) with the tuning
+    records in ``cache_dir``."""
     from .frontends.onnx import import_model
 
     comp = import_model(model)
     set_computation_item(comp, ItemType.CACHE_DIR, os.fspath(cache_dir))
-    return Session(comp)
+    return Session(comp, device)
+
+
+def _onednn_device():
+    """The INTEL_DNNL device (oneDNN through its plugin), or None where oneDNN is missing."""
+    try:
+        return allocate_device(device_name=DeviceName.INTEL_DNNL)
+    except OdlaError:
+        return None
 
 
 def bench_model(case, threads: int, runs: int, cache_dir=None) -> ModelTimes:
@@ -153,16 +163,27 @@ def bench_model(case, threads: int, runs: int, cache_dir=None) -> ModelTimes:
     outputs = untuned.run(feeds)
     result.untuned_s, timed = median_latency(lambda: untuned.run(feeds), runs=runs)
     result.runs = min(result.runs, timed)
+    onednn_device = _onednn_device()
+    if onednn_device is not None:
+        with tempfile.TemporaryDirectory() as no_records:
+            onednn = _session(case.model, no_records, onednn_device)
+        onednn_outputs = onednn.run(feeds)
+        result.onednn_s, timed = median_latency(lambda: onednn.run(feeds), runs=runs)
+        result.runs = min(result.runs, timed)
     tuning_dir = cache_dir if cache_dir is not None else default_cache_dir()
     tuned = _session(case.model, tuning_dir)
     result.tuned_kernels = len(tuned.executable.module.tuned_kernels)
-    result.kernels = len(tuned.executable.module.kernel_bindings)
     if result.tuned_kernels:
+        result.kernels = len(tuned.executable.module.kernel_bindings)
         outputs = tuned.run(feeds)
         result.tuned_s, timed = median_latency(lambda: tuned.run(feeds), runs=runs)
         result.runs = min(result.runs, timed)
     result.outputs_match = all(np.allclose(o, e, rtol=MATCH_RTOL, atol=MATCH_ATOL)
                                for o, e in zip(outputs, expected, strict=True))
+    if result.onednn_s is not None:
+        result.outputs_match = result.outputs_match and all(
+            np.allclose(o, e, rtol=MATCH_RTOL, atol=MATCH_ATOL)
+            for o, e in zip(onednn_outputs, expected, strict=True))
     log = targets.TuningDatabase(targets.host_cpu(), tuning_dir).metadata().get("runs", [])
     spent = [run for run in log if run.get("label") == f"light_{name}"]
     result.tuning_trials = sum(run["trials"] for run in spent)
@@ -228,24 +249,27 @@ def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
          "generic build, one unscheduled kernel per op). *Tuned*: compiled with the host-cpu "
          "tuning database (`odla-tvm tune`), for models tuned into it; *tuned kernels*: the "
          "kernels that took a schedule from its records (of all the fused kernels: the rest "
-         "stay unscheduled). Ratios are ODLA-TVM's latency over "
+         "stay unscheduled). *oneDNN*: the INTEL_DNNL device, untuned, its convolutions, "
+         "matmuls and pools run by oneDNN (targets/onednn.py; `-` where oneDNN is not "
+         "installed). Ratios are ODLA-TVM's latency over "
          "onnxruntime's (under 1.0x: faster). *Match*: outputs within rtol "
          f"{MATCH_RTOL:g}, atol {MATCH_ATOL:g} of onnxruntime's."),
         "",
-        ("| model | untuned ms | tuned ms | onnxruntime ms | untuned / ort | tuned / ort "
-         "| tuned kernels | tuning spent | runs | match |"),
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        ("| model | untuned ms | tuned ms | oneDNN ms | onnxruntime ms | untuned / ort "
+         "| tuned / ort | oneDNN / ort | tuned kernels | tuning spent | runs | match |"),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for r in results:
         if r.error:
-            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} | | | | | | | | |")
+            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} | | | | | | | | | | |")
             continue
         spent = (f"{r.tuning_trials} trials, {r.tuning_minutes:.1f} min" if r.tuning_trials
                  else "not tuned")
         lines.append(
-            f"| {r.name} | {_ms(r.untuned_s)} | {_ms(r.tuned_s)} | {_ms(r.onnxruntime_s)} | "
-            f"{_ratio(r.untuned_s, r.onnxruntime_s)} | {_ratio(r.tuned_s, r.onnxruntime_s)} | "
-            f"{r.tuned_kernels} of {r.kernels} | {spent} | {r.runs} | "
+            f"| {r.name} | {_ms(r.untuned_s)} | {_ms(r.tuned_s)} | {_ms(r.onednn_s)} | "
+            f"{_ms(r.onnxruntime_s)} | {_ratio(r.untuned_s, r.onnxruntime_s)} | "
+            f"{_ratio(r.tuned_s, r.onnxruntime_s)} | {_ratio(r.onednn_s, r.onnxruntime_s)} | "
+            f"{f'{r.tuned_kernels} of {r.kernels}' if r.kernels else '-'} | {spent} | {r.runs} | "
             f"{'yes' if r.outputs_match else 'no' if r.outputs_match is False else '-'} |")
     missed = [r.name for r in results if r.name in TARGET_MODELS and not r.error
               and (r.tuned_s is None or r.tuned_s > r.onnxruntime_s)]

@@ -1,0 +1,359 @@
+// What every oneDNN region needs at run time; targets/onednn.py puts this text before the
+// region functions it generates. Those take TVM's packed arguments as they come: unpacking
+// a region's hundreds of typed arguments (TVM_FFI_DLL_EXPORT_TYPED_FUNC) takes g++ -O2 minutes. A region is a list of steps (convolution, matmul, pooling),
+// described as plain constant data (it compiles in no time, where an initializer of the same
+// size built from std::vector takes g++ -O2 minutes), built into oneDNN primitives on its first
+// call and reused on every later call.
+//
+// Layouts: the region's parameters and results are TVM's plain row-major tensors. Inside the
+// region every convolution chooses its own layouts (format `any`), so intermediates stay in
+// oneDNN's blocked layouts; a reorder happens only where a step wants another layout than its
+// input has (at the region's boundaries, nearly always).
+// Weights (parameters bound to constants, which the patterns insist on) are reordered once to
+// the layout their primitive prefers, and again only if the constant's address changes.
+#include <dnnl.hpp>
+#include <sched.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+
+extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
+
+// Internal linkage for all of it: the same inline names in two loaded model libraries would
+// otherwise be one (GNU unique symbols), sharing the call counter between models.
+namespace odla_onednn {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+// Region calls run so far in this library (tests read it to see oneDNN's code ran).
+inline std::atomic<int64_t> region_calls{0};
+
+inline int64_t calls() { return region_calls.load(); }
+
+inline dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// As many threads as TVM's own thread pool uses: TVM_NUM_THREADS, else the usable cores.
+inline int thread_count() {
+  static const int count = [] {
+    const char* value = std::getenv("TVM_NUM_THREADS");
+    if (value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+    cpu_set_t cores;
+    if (sched_getaffinity(0, sizeof(cores), &cores) == 0) return CPU_COUNT(&cores);
+    return static_cast<int>(std::thread::hardware_concurrency());
+  }();
+  return count;
+}
+
+// Where a step's operand comes from: a region parameter or an earlier step's result.
+struct Operand {
+  enum Kind { kNone, kParam, kStep } kind;
+  int index;
+};
+constexpr Operand none() { return {Operand::kNone, -1}; }
+constexpr Operand param(int index) { return {Operand::kParam, index}; }
+constexpr Operand step(int index) { return {Operand::kStep, index}; }
+
+struct Shape {
+  int rank;
+  int64_t dims[5];
+  Dims to_dims() const { return Dims(dims, dims + rank); }
+};
+
+// An elementwise op fused after a convolution or matmul, in the order the graph applies them.
+struct PostOp {
+  enum Kind { kScale, kShift, kResidual, kRelu } kind;  // scale/shift: per output channel
+  Operand operand;  // none() for kRelu
+};
+
+struct Step {
+  enum Kind { kConv, kMatmul, kPool } kind;
+  Operand src;
+  int weights;              // conv, matmul: the region parameter holding constant weights
+  bool weights_transposed;  // matmul: the constant is (N, K) and the graph transposes it
+  Operand bias;             // conv, matmul: none() when there is none
+  Shape src_shape, weights_shape, dst_shape;  // conv weights grouped when groups > 1; matmul
+                                              // weights (K, N) as matmul reads them
+  dnnl::algorithm pooling;  // pool: max or average (with or without the padding)
+  int64_t kernel[2], strides[2], dilates[2], pad_l[2], pad_r[2];  // dilates count from 0
+  int post_op_count;
+  PostOp post_ops[4];
+};
+
+inline memory::format_tag plain_tag(size_t rank) {
+  static const memory::format_tag tags[] = {memory::format_tag::a, memory::format_tag::ab,
+                                            memory::format_tag::abc, memory::format_tag::abcd,
+                                            memory::format_tag::abcde};
+  return tags[rank - 1];
+}
+
+inline memory::desc plain_desc(const Dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, plain_tag(dims.size()));
+}
+
+inline memory::desc any_desc(const Dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+// A per-channel operand (a bias, a batch-norm scale) as the broadcast tensor a binary post-op
+// reads: 1 everywhere but the channel axis.
+inline Dims channel_dims(const Dims& dst_dims) {
+  Dims dims(dst_dims.size(), 1);
+  dims[1] = dst_dims[1];
+  return dims;
+}
+
+inline Dims pair(const int64_t (&values)[2]) { return Dims(values, values + 2); }
+
+inline void* data(const TVMFFIAny& arg) {
+  DLTensor* tensor = reinterpret_cast<const tvm::ffi::AnyView&>(arg).cast<DLTensor*>();
+  return static_cast<char*>(tensor->data) + tensor->byte_offset;
+}
+
+class Region {
+ public:
+  template <size_t kParams, size_t kSteps, size_t kResults>
+  Region(const Shape (&params)[kParams], const Step (&steps)[kSteps],
+         const int (&results)[kResults])
+      : steps_(steps, steps + kSteps), results_(results, results + kResults) {
+    for (const Shape& shape : params)
+      params_.emplace_back(plain_desc(shape.to_dims()), cpu_engine(), nullptr);
+    for (const Step& s : steps_) {
+      if (s.kind == Step::kConv) build_conv(s);
+      else if (s.kind == Step::kMatmul) build_matmul(s);
+      else build_pool(s);
+    }
+    for (int result : results_) {
+      const memory& value = values_[result];
+      outputs_.emplace_back(plain_desc(value.get_desc().get_dims()), cpu_engine(), nullptr);
+      add_reorder(value, outputs_.back());
+    }
+  }
+
+  // One call as TVM makes it (call_dps_packed): the region's parameters, then its outputs.
+  void run(const TVMFFIAny* args, int32_t num_args) {
+    std::lock_guard<std::mutex> lock(mutex_);  // one region's buffers serve one call at a time
+    if (static_cast<size_t>(num_args) != params_.size() + outputs_.size())
+      TVM_FFI_THROW(TypeError) << "a oneDNN region of " << params_.size() << " parameters and "
+                               << outputs_.size() << " outputs got " << num_args << " arguments";
+    ++region_calls;
+    omp_set_num_threads(thread_count());  // OpenMP keeps it per calling thread
+    std::vector<void*> params;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params.push_back(data(args[i]));
+      params_[i].set_data_handle(params.back());
+    }
+    for (auto& [index, view] : views_) view.set_data_handle(params[index]);
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      outputs_[i].set_data_handle(data(args[params_.size() + i]));
+    for (Weights& w : weights_) refresh(w);
+    dnnl::stream stream(cpu_engine());
+    for (Action& action : actions_) action.primitive.execute(stream, action.args);
+    stream.wait();
+  }
+
+ private:
+  struct Action {
+    dnnl::primitive primitive;
+    std::unordered_map<int, memory> args;
+  };
+  struct Weights {    // a constant parameter in the layout its primitive prefers
+    memory source;    // the parameter as the graph stores it
+    memory packed;
+    void* packed_from = nullptr;  // the parameter's address packed was made from
+  };
+
+  memory& value(Operand operand) {
+    return operand.kind == Operand::kStep ? values_[operand.index] : params_[operand.index];
+  }
+
+  void add_reorder(const memory& from, const memory& to) {
+    actions_.push_back({dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}});
+  }
+
+  // ``operand`` in layout ``desc``: itself when it has that layout, else a buffer a reorder
+  // fills each call (made once per operand and layout, however many steps read it).
+  memory as_layout(Operand operand, const memory::desc& desc) {
+    memory& source = value(operand);
+    if (source.get_desc() == desc) return source;
+    for (const auto& [from, converted] : converted_)
+      if (from.kind == operand.kind && from.index == operand.index && converted.get_desc() == desc)
+        return converted;
+    memory converted(desc, cpu_engine());
+    add_reorder(source, converted);
+    converted_.emplace_back(operand, converted);
+    return converted;
+  }
+
+  // Parameter ``index`` read as ``desc`` (same bytes, another shape or order than plain).
+  memory param_view(int index, const memory::desc& desc) {
+    views_.emplace_back(index, memory(desc, cpu_engine(), nullptr));
+    return views_.back().second;
+  }
+
+  // A per-channel parameter (a bias, a batch-norm scale) already holds the bytes oneDNN reads,
+  // whatever its shape in the graph: (C, 1, 1), (1, C, 1, 1), (N,).
+  memory channel_memory(Operand operand, const memory::desc& desc) {
+    return operand.kind == Operand::kParam ? param_view(operand.index, desc)
+                                           : as_layout(operand, desc);
+  }
+
+  // Weights parameter ``index``, stored as ``stored``, packed for ``desc``; the reorder runs
+  // again only when the parameter's address changes.
+  memory packed_weights(int index, const memory::desc& stored, const memory::desc& desc) {
+    weights_.push_back({param_view(index, stored), memory(desc, cpu_engine()), nullptr});
+    return weights_.back().packed;
+  }
+
+  void refresh(Weights& w) {
+    void* address = w.source.get_data_handle();
+    if (address == w.packed_from) return;
+    dnnl::stream stream(cpu_engine());
+    dnnl::reorder(w.source, w.packed).execute(stream, w.source, w.packed);
+    stream.wait();
+    w.packed_from = address;
+  }
+
+  // Post-ops in graph order; ``args`` gets the memory each one reads per call.
+  dnnl::primitive_attr post_op_attr(const Step& s, std::unordered_map<int, memory>& args) {
+    dnnl::post_ops ops;
+    for (const PostOp& op : post_ops(s)) {
+      switch (op.kind) {
+        case PostOp::kScale:
+        case PostOp::kShift: {
+          memory::desc channels = plain_desc(channel_dims(s.dst_shape.to_dims()));
+          args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1] =
+              channel_memory(op.operand, channels);
+          ops.append_binary(op.kind == PostOp::kScale ? dnnl::algorithm::binary_mul
+                                                      : dnnl::algorithm::binary_add,
+                            channels);
+          break;
+        }
+        case PostOp::kResidual:  // dst holds the residual when the step runs: see destination()
+          ops.append_sum(1.f);
+          break;
+        case PostOp::kRelu:
+          ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+          break;
+      }
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    return attr;
+  }
+
+  static std::vector<PostOp> post_ops(const Step& s) {
+    return std::vector<PostOp>(s.post_ops, s.post_ops + s.post_op_count);
+  }
+
+  // Whether anything but step ``current``'s residual add reads step ``index``'s value: the
+  // current step's other operands, a later step, a region result.
+  bool read_elsewhere(int index, size_t current) const {
+    for (int result : results_)
+      if (result == index) return true;
+    auto reads = [index](Operand o) { return o.kind == Operand::kStep && o.index == index; };
+    for (size_t i = current; i < steps_.size(); ++i) {
+      const Step& s = steps_[i];
+      if (reads(s.src) || reads(s.bias)) return true;
+      for (const PostOp& op : post_ops(s))
+        if (reads(op.operand) && !(i == current && op.kind == PostOp::kResidual)) return true;
+    }
+    return false;
+  }
+
+  // Where a step writes. A sum post-op adds to what dst holds, so dst must hold the residual:
+  // the residual's own buffer when it is in the same layout and nothing reads it later (no
+  // copy), else a fresh buffer it is copied into first.
+  memory destination(const Step& s, const memory::desc& desc) {
+    for (const PostOp& op : post_ops(s)) {
+      if (op.kind != PostOp::kResidual) continue;
+      if (op.operand.kind == Operand::kStep && value(op.operand).get_desc() == desc &&
+          !read_elsewhere(op.operand.index, values_.size()))
+        return value(op.operand);
+      memory dst(desc, cpu_engine());
+      add_reorder(value(op.operand), dst);
+      return dst;
+    }
+    return memory(desc, cpu_engine());
+  }
+
+  void finish_step(const Step& s, dnnl::primitive primitive, const memory::desc& dst_desc,
+                   std::unordered_map<int, memory> args) {
+    memory dst = destination(s, dst_desc);
+    args[DNNL_ARG_DST] = dst;
+    actions_.push_back({primitive, std::move(args)});
+    values_.push_back(dst);
+  }
+
+  void build_conv(const Step& s) {
+    std::unordered_map<int, memory> args;
+    dnnl::primitive_attr attr = post_op_attr(s, args);
+    Dims dst_dims = s.dst_shape.to_dims();
+    memory::desc bias_desc =
+        s.bias.kind == Operand::kNone ? memory::desc() : plain_desc({dst_dims[1]});
+    dnnl::convolution_forward::primitive_desc pd(
+        cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        any_desc(s.src_shape.to_dims()), any_desc(s.weights_shape.to_dims()), bias_desc,
+        any_desc(dst_dims), pair(s.strides), pair(s.dilates), pair(s.pad_l), pair(s.pad_r), attr);
+    args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
+    // OIHW weights read in oneDNN's grouped shape where groups > 1: the same bytes.
+    args[DNNL_ARG_WEIGHTS] =
+        packed_weights(s.weights, plain_desc(s.weights_shape.to_dims()), pd.weights_desc());
+    if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
+    finish_step(s, dnnl::convolution_forward(pd), pd.dst_desc(), std::move(args));
+  }
+
+  void build_matmul(const Step& s) {
+    std::unordered_map<int, memory> args;
+    dnnl::primitive_attr attr = post_op_attr(s, args);
+    Dims dst_dims = s.dst_shape.to_dims();
+    memory::desc bias_desc =
+        s.bias.kind == Operand::kNone ? memory::desc() : plain_desc({1, dst_dims[1]});
+    Dims weights_dims = s.weights_shape.to_dims();
+    dnnl::matmul::primitive_desc pd(cpu_engine(), plain_desc(s.src_shape.to_dims()),
+                                    any_desc(weights_dims), bias_desc, any_desc(dst_dims), attr);
+    args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
+    // The constant as the graph stores it: (K, N), or (N, K) read transposed.
+    memory::desc stored(weights_dims, memory::data_type::f32,
+                        s.weights_transposed ? memory::format_tag::ba : memory::format_tag::ab);
+    args[DNNL_ARG_WEIGHTS] = packed_weights(s.weights, stored, pd.weights_desc());
+    if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
+    finish_step(s, dnnl::matmul(pd), pd.dst_desc(), std::move(args));
+  }
+
+  void build_pool(const Step& s) {
+    // Pooling reads its input in whatever layout it has and keeps it.
+    memory src = value(s.src);
+    dnnl::pooling_forward::primitive_desc pd(
+        cpu_engine(), dnnl::prop_kind::forward_inference, s.pooling, src.get_desc(),
+        any_desc(s.dst_shape.to_dims()), pair(s.strides), pair(s.kernel), pair(s.dilates),
+        pair(s.pad_l), pair(s.pad_r));
+    finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
+  }
+
+  std::vector<Step> steps_;
+  std::vector<int> results_;     // the steps whose values the region returns
+  std::vector<memory> params_;   // the region's parameters, plain, pointing at TVM's tensors
+  std::vector<std::pair<int, memory>> views_;  // parameters read in another shape: param_view
+  std::vector<memory> values_;   // each step's result, in the layout the step chose
+  std::vector<memory> outputs_;  // the region's results, plain, pointing at TVM's tensors
+  std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
+  std::vector<Weights> weights_;
+  std::vector<Action> actions_;
+  std::mutex mutex_;
+};
+
+}  // namespace
+}  // namespace odla_onednn
