@@ -41,6 +41,8 @@ def info(_args) -> None:
     print("vendor plugins:")
     for plugin in targets.available_plugins():
         print(f"  {plugin.name}: device {plugin.device_name} ({plugin.description})")
+        for item, meaning in plugin.items.items():
+            print(f"    item {item}: {meaning}")
     ops = relay_bridge.registered_ops()
     print(f"ops lowered: {len(ops)}: {', '.join(ops)}")
 

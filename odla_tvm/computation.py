@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 import relay_bridge
+import targets
 
 from . import interpreter
 
@@ -358,6 +359,10 @@ class Computation:
         return {kernel: [origins.get(b, b) for b in bindings]
                 for kernel, bindings in kernel_bindings.items()}
 
+    def plugin_items(self) -> dict:
+        """The vendor plugins' items set on this computation ("<plugin>.<item>" -> value)."""
+        return {k: v for k, v in self.items.items() if isinstance(k, str)}
+
     def build_module(self, args: list[Value] | None = None, outputs: list[Value] | None = None):
         """The computation lowered to an IRModule: ``args`` (default: every argument) then the
         variables in, ``outputs`` (default: every output) out."""
@@ -459,8 +464,14 @@ def destroy_computation(computation: Computation) -> None:
 _BATCH_SIZE_ITEMS = (ItemType.MIN_BATCH_SIZE, ItemType.MAX_BATCH_SIZE, ItemType.OPT_BATCH_SIZE)
 
 
-def set_computation_item(computation: Computation, item_type: ItemType, value) -> None:
+def set_computation_item(computation: Computation, item_type: ItemType | str, value) -> None:
+    """Sets an ODLA item, or a vendor plugin's own item named "<plugin>.<item>" (what
+    `odla-tvm info` lists under each plugin), which goes to that plugin when compiling."""
     comp = _computation(computation)
+    if isinstance(item_type, str):
+        comp.items[item_type] = _plugin_item(item_type, value)
+        comp.revision += 1
+        return
     item_type = odla_enum(ItemType, item_type, "item type")
     if item_type in _BATCH_SIZE_ITEMS and (not isinstance(value, (int, np.integer)) or value < 1):
         raise OdlaError(
@@ -483,6 +494,16 @@ def set_computation_item(computation: Computation, item_type: ItemType, value) -
             Status.INVALID_PARAM, f"MIN_BATCH_SIZE {low} is greater than MAX_BATCH_SIZE {high}"
         )
     comp.revision += 1
+
+
+def _plugin_item(name: str, value):
+    try:
+        return targets.plugins.check_item(name, value)
+    except KeyError as err:
+        raise OdlaError(Status.INVALID_PARAM, f"item type {name!r}: {err.args[0]}; expected an "
+                        "ItemType or \"<plugin>.<item>\" of an installed plugin") from None
+    except (ValueError, TypeError) as err:
+        raise OdlaError(Status.INVALID_PARAM, f"item {name!r} is {value!r}: {err}") from None
 
 
 _SHAPE_ITEMS = (ItemType.MIN_SHAPE, ItemType.MAX_SHAPE, ItemType.OPT_SHAPE)

@@ -217,7 +217,8 @@ def compile_outputs(comp: Computation, device: Device, args: list[Value],
     cache_dir = cache_dir_of(comp)
     try:
         database = targets.find_database(device.target, cache_dir)
-        module = targets.compile_module(mod, device.target, device.index, database)
+        module = targets.compile_module(mod, device.target, device.index, database,
+                                        comp.plugin_items())
     except Exception as err:  # noqa: BLE001
         raise OdlaError(
             Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"

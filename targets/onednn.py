@@ -199,14 +199,35 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
 
 
-def patterns() -> list[PluginPattern]:
-    """Longest first: FuseOpsByPattern gives a binding to the first pattern that takes it."""
+OP_KINDS = ("conv2d", "matmul", "pool")  # what the onednn.ops item can choose among
+ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
+                       "all); the others stay with TVM"}
+
+
+def check_item(name: str, value):
+    """onednn.ops: a list of op kinds from OP_KINDS."""
+    kinds = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) \
+        else None
+    if kinds is None or not all(kind in OP_KINDS for kind in kinds):
+        raise ValueError(f"expected a list of op kinds from {list(OP_KINDS)}")
+    return tuple(kinds)
+
+
+def patterns(items) -> list[PluginPattern]:
+    """Longest first: FuseOpsByPattern gives a binding to the first pattern that takes it.
+    Only the op kinds the onednn.ops item names, when it is set."""
+    kinds = items.get("onednn.ops", OP_KINDS)
     tails = ("residual_relu", "residual", "relu", "")
-    conv = [_conv2d_pattern(head, tail) for head in ("bias_batch_norm", "batch_norm", "bias", "")
-            for tail in tails]
-    matmul = [_matmul_pattern(transposed, tail) for transposed in (True, False)
-              for tail in ("bias_relu", "bias", "relu", "")]
-    return [*conv, *matmul, _pool2d_pattern("max_pool2d"), _pool2d_pattern("avg_pool2d")]
+    taken = []
+    if "conv2d" in kinds:
+        taken += [_conv2d_pattern(head, tail) for head in ("bias_batch_norm", "batch_norm", "bias", "")
+                  for tail in tails]
+    if "matmul" in kinds:
+        taken += [_matmul_pattern(transposed, tail) for transposed in (True, False)
+                  for tail in ("bias_relu", "bias", "relu", "")]
+    if "pool" in kinds:
+        taken += [_pool2d_pattern("max_pool2d"), _pool2d_pattern("avg_pool2d")]
+    return taken
 
 
 # ---- codegen -------------------------------------------------------------------------------
@@ -374,7 +395,7 @@ def _runtime_source() -> str:
     return resources.files("targets").joinpath("onednn", "runtime.h").read_text()
 
 
-def codegen(regions: list[relax.Function]) -> list:
+def codegen(regions: list[relax.Function], _items) -> list:
     names, bodies = zip(*(_region_source(r) for r in regions))
     source = "\n\n".join([
         _runtime_source(),
@@ -394,5 +415,7 @@ PLUGIN = VendorPlugin(
     codegen=codegen,
     link_options=link_options,
     check_available=check_available,
+    items=ITEMS,
+    check_item=check_item,
     prepare=prepare,
 )

@@ -73,14 +73,19 @@ class VendorPlugin:
     name: str  # the codegen's name: composites are "<name>.<what>", the codegen relax.ext.<name>
     device_name: str  # the ODLA DeviceName member it serves, e.g. "INTEL_DNNL"
     description: str
-    patterns: Callable[[], Sequence[PluginPattern]]
+    # The patterns it takes, given the computation's items for this plugin (see ``items``).
+    patterns: Callable[[Mapping[str, object]], Sequence[PluginPattern]]
     # The regions RunCodegen gives it (relax Functions holding composite calls; see
-    # composite_steps) to runtime modules that export_library links, e.g. static_library(...).
-    codegen: Callable[[list[relax.Function]], list[tvm.runtime.Module]]
+    # composite_steps) and the items, to runtime modules that export_library links, e.g.
+    # static_library(...).
+    codegen: Callable[[list[relax.Function], Mapping[str, object]], list[tvm.runtime.Module]]
     link_options: Callable[[], list[str]] = _no_options  # for export_library: -L, -l, rpath
     check_available: Callable[[], None] = _nothing_needed  # raises PluginUnavailable
-    # Vendor-specific computation items it understands: item name -> what it means.
+    # Vendor-specific computation items it understands, "<name>.<item>" -> what it means and
+    # the value it takes; set_computation_item(computation, "<name>.<item>", value) sets them.
     items: Mapping[str, str] = field(default_factory=dict)
+    # Checks an item's value: raises ValueError saying what it expects, else returns it.
+    check_item: Callable[[str, object], object] = lambda _name, value: value
     # A rewrite of the whole module before partitioning (a layout change, say), or None.
     prepare: Callable[[tvm.IRModule], tvm.IRModule] | None = None
 
@@ -133,23 +138,38 @@ def available_plugins() -> list[VendorPlugin]:
     return [_PLUGINS[n] for n in sorted(_PLUGINS)]
 
 
-def partition(mod: tvm.IRModule, plugin: VendorPlugin) -> tvm.IRModule:
+def partition(mod: tvm.IRModule, plugin: VendorPlugin,
+              items: Mapping[str, object] | None = None) -> tvm.IRModule:
     """``mod`` with what ``plugin`` takes compiled by its codegen (kept in the module's
-    external_mods, called with call_dps_packed) and the rest left for TVM."""
+    external_mods, called with call_dps_packed) and the rest left for TVM. ``items``: the
+    computation's items named "<plugin>.<item>" (others are ignored)."""
     plugin.check_available()
+    mine = {k: v for k, v in (items or {}).items() if k.startswith(f"{plugin.name}.")}
     # RunCodegen finds the codegen by this global name; registering here (not at import) keeps
     # the newest definition of a plugin of that name, as a re-registered plugin expects.
-    tvm.register_global_func(f"relax.ext.{plugin.name}",
-                             lambda functions, _options, _constants: plugin.codegen(list(functions)),
-                             override=True)
+    tvm.register_global_func(
+        f"relax.ext.{plugin.name}",
+        lambda functions, _options, _constants: plugin.codegen(list(functions), mine),
+        override=True)
     if plugin.prepare is not None:
         mod = plugin.prepare(mod)
     return tvm.transform.Sequential([
-        relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns()],
+        relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns(mine)],
                                          bind_constants=False),
         relax.transform.MergeCompositeFunctions(),
         relax.transform.RunCodegen(),
     ])(mod)
+
+
+def check_item(name: str, value) -> object:
+    """``value`` as plugin item ``name`` ("<plugin>.<item>") takes it; KeyError for an item
+    no plugin declares, ValueError for a value the plugin refuses (messages say why)."""
+    plugin_name = name.split(".", 1)[0]
+    plugin = get_plugin(plugin_name)
+    if name not in plugin.items:
+        raise KeyError(f"the {plugin.name} plugin has no item {name!r}; its items: "
+                       f"{', '.join(sorted(plugin.items)) or 'none'}")
+    return plugin.check_item(name, value)
 
 
 def offloaded_regions(mod: tvm.IRModule) -> list[str]:

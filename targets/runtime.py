@@ -345,14 +345,14 @@ def _kernel_passes() -> list:
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
 
 
-def _partitioned(mod: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+def _partitioned(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm.IRModule:
     """``mod`` with what the target's vendor plugins take compiled by them."""
     for name in spec.plugins:
-        mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name))
+        mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name), plugin_items)
     return mod
 
 
-def fused_kernels(mod: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm.IRModule:
     """``mod`` with its ops lowered to fused kernels (after the target's vendor plugins took
     theirs), exactly as compile_module does before it applies tuning records (so a tuned
     workload matches at compile time)."""
@@ -360,10 +360,11 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
     with target:
         return tvm.transform.Sequential(
             relax.pipeline.library_dispatch_passes(target) + _kernel_passes())(
-                _partitioned(mod, spec))
+                _partitioned(mod, spec, plugin_items))
 
 
-def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database) -> tvm.IRModule | None:
+def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
+               plugin_items=None) -> tvm.IRModule | None:
     """``mod`` as fused kernels scheduled from ``database`` (records tuned for ``spec``), then
     by dlight; None when that schedules nothing, so the module keeps TVM's generic build: one
     kernel per op, which profiles map back to ODLA values (a database tuned for other models
@@ -372,7 +373,7 @@ def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database) -> tvm.IRModule | 
     dlight = "dlight" in spec.schedules
     if not (tuned or dlight):
         return None
-    kernels = fused_kernels(mod, spec)
+    kernels = fused_kernels(mod, spec, plugin_items)
     if tuned:
         with database.records():
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
@@ -395,15 +396,16 @@ def _lowering(spec: TargetSpec) -> tvm.transform.Pass:
 
 
 def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
-                   database=None) -> CompiledModule:
+                   database=None, plugin_items=None) -> CompiledModule:
     """Compiles ``mod`` for ``spec``; ``database`` (a targets.tuning.TuningDatabase of this
-    target: see find_database) schedules the kernels it has records for."""
+    target: see find_database) schedules the kernels it has records for; ``plugin_items``
+    ("<plugin>.<item>" -> value) go to the target's vendor plugins."""
     target = spec.tvm_target()
     recorder = _KernelRecorder()
     with _compile_lock, tvm.transform.PassContext(opt_level=3, instruments=[recorder]), target:
-        scheduled = _scheduled(mod, spec, database)
+        scheduled = _scheduled(mod, spec, database, plugin_items)
         if scheduled is None:
-            mod = _partitioned(mod, spec)
+            mod = _partitioned(mod, spec, plugin_items)
             regions = vendor_plugins.offloaded_regions(mod)
             library = tvm.compile(mod, target=target)
         else:

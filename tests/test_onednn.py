@@ -240,3 +240,24 @@ def test_without_onednn_the_device_says_what_to_install_and_the_cpu_still_works(
     exe = odla.compile_computation(comp, odla.allocate_device())
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(odla.Session(exe).run({"a": x})[0], np.maximum(x, 0))
+
+
+
+@needs_onednn
+def test_onednn_ops_item_keeps_the_other_kinds_with_tvm():
+    """The onednn.ops item set to convolutions only: pools and the gemm stay with TVM."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from test_models import build_cnn
+
+    comp, reference, x = build_cnn()
+    odla.set_computation_item(comp, "onednn.ops", ["conv2d"])
+    exe = odla.compile_computation(comp, odla.allocate_device(device_name=DeviceName.INTEL_DNNL))
+    (out,) = odla.Session(exe).run({"image": x})
+    np.testing.assert_allclose(out, reference(x), rtol=RTOL, atol=ATOL)
+    assert _oneDNN_calls(exe) == 2  # each conv (with its batch norm and relu) alone
+    assert all("conv2d" in region and "pool" not in region and "matmul" not in region
+               for region in exe.module.vendor_regions)
+    with pytest.raises(odla.OdlaError) as err:
+        odla.set_computation_item(comp, "onednn.ops", ["softmax"])
+    assert err.value.status == Status.INVALID_PARAM
+    assert "['conv2d', 'matmul', 'pool']" in str(err.value) and "softmax" in str(err.value)

@@ -167,3 +167,33 @@ def test_info_lists_plugins_and_says_which_device_is_unavailable(toy_plugin, mon
     assert "toy: device CAMBRICON_MLU220" in out
     assert "CAMBRICON_MLU220: unavailable" in out and "pip install toy-runtime" in out
     assert "DEFAULT (index 0)" in out
+
+
+def test_vendor_items_reach_the_plugin(toy_plugin):
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    device = odla.allocate_device(device_name=DeviceName.CAMBRICON_MLU220)
+    comp = _relu_sub_relu()
+    odla.set_computation_item(comp, "toy.min_elements", 7)  # both ReLUs have 6 elements
+    exe, out = _run(comp, device, x)
+    np.testing.assert_array_equal(out, np.maximum(np.maximum(x, 0) - 0.5, 0))
+    assert exe.module.vendor_regions == []
+    odla.set_computation_item(comp, "toy.min_elements", 6)  # a new revision: compiled again
+    exe, out = _run(comp, device, x)
+    assert len(exe.module.vendor_regions) == 2 and _toy_calls(exe) == 2
+
+
+def test_bad_vendor_items_are_refused(toy_plugin):
+    comp = _relu_sub_relu()
+    _refused = lambda name, value, *fragments: _assert_refused(  # noqa: E731
+        lambda: odla.set_computation_item(comp, name, value), *fragments)
+    _refused("toy.no_such_item", 1, "'toy.no_such_item'", "toy.min_elements")
+    _refused("nobody.item", 1, "unknown vendor plugin 'nobody'")
+    _refused("toy.min_elements", -1, "-1", "integer >= 0")
+
+
+def _assert_refused(call, *fragments):
+    with pytest.raises(odla.OdlaError) as err:
+        call()
+    assert err.value.status == Status.INVALID_PARAM
+    for fragment in fragments:
+        assert fragment in str(err.value), str(err.value)

@@ -10,13 +10,25 @@ from targets.plugins import composite_steps, static_library
 CALLS_FUNCTION = "odla_toy_plugin_calls"  # returns how many regions the toy code has run
 
 
-def _is_float32(context) -> bool:
-    return context.annotated_expr["root"].ty.dtype == "float32"
+def _patterns(items):
+    """Float32 ReLUs of at least the toy.min_elements item's size (default: any)."""
+    least = items.get("toy.min_elements", 0)
 
+    def takes(context) -> bool:
+        ty = context.annotated_expr["root"].ty
+        size = 1
+        for dim in ty.shape.values:
+            size *= int(dim)
+        return ty.dtype == "float32" and size >= least
 
-def _patterns():
     relu = is_op("relax.nn.relu")(wildcard())
-    return [PluginPattern("toy.relu", relu, {"root": relu}, _is_float32)]
+    return [PluginPattern("toy.relu", relu, {"root": relu}, takes)]
+
+
+def _check_item(name, value):
+    if not isinstance(value, int) or value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
 
 
 def _region_source(region) -> tuple[str, str]:
@@ -41,7 +53,7 @@ def _region_source(region) -> tuple[str, str]:
     return name, "\n".join(lines)
 
 
-def _codegen(regions):
+def _codegen(regions, _items):
     names, bodies = zip(*(_region_source(r) for r in regions))
     source = "\n".join([
         "#include <algorithm>", "#include <vector>", "#include <tvm/ffi/function.h>",
@@ -56,4 +68,5 @@ def make_plugin():
     return VendorPlugin(name="toy", device_name="CAMBRICON_MLU220",
                         description="toy plugin: float32 ReLU in generated C++",
                         patterns=_patterns, codegen=_codegen,
-                        items={"toy.verbose": "prints nothing; shows how items are declared"})
+                        items={"toy.min_elements": "the smallest ReLU (in elements) it takes"},
+                        check_item=_check_item)
