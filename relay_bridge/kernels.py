@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 
+import tvm
 from tvm import te, tirx
 from tvm.script import tirx as T
 
@@ -91,6 +92,22 @@ def extreme(x: te.Tensor, axes: list[int], keep_dims: bool, largest: bool) -> te
         return reducer(x(*index), axis=list(spans.values()))
 
     return te.compute(out_dims, element, name="extreme")
+
+
+def _legalize_extreme(largest: bool):
+    """relax.max / relax.min lowered through ``extreme``: the Relax ops stay in the graph, so
+    their gradients still apply, and lower without TOPI's finite starting value."""
+    def legalize(bb, call):
+        x = call.args[0]
+        rank = x.ty.ndim
+        axes = range(rank) if call.attrs.axis is None else {int(a) % rank for a in call.attrs.axis}
+        return bb.call_te(extreme, x, sorted(axes), bool(call.attrs.keepdims), largest)
+    return legalize
+
+
+# Above TVM's own legalization (level 10), for every module this process compiles.
+tvm.ir.register_op_attr("relax.max", "FLegalize", _legalize_extreme(True), level=11)
+tvm.ir.register_op_attr("relax.min", "FLegalize", _legalize_extreme(False), level=11)
 
 
 def _mix(h):

@@ -134,7 +134,7 @@ def training_module(forward: tvm.IRModule, trained: list[int], loss_index: int,
     params = mod[_LOSS_FUNC].params
     try:
         mod = relax.transform.Gradient(_LOSS_FUNC, [params[i] for i in trained], target_index=0)(mod)
-    except tvm.error.TVMError as err:
+    except (RuntimeError, ValueError, TypeError) as err:  # how TVM reports what it cannot do
         raise LoweringError(f"cannot differentiate the loss: {_last_line(err)}") from None
     rule = OPTIMIZERS[optimizer]
     param_types = [(_dims(params[i]), str(params[i].ty.dtype)) for i in trained]
