@@ -1,11 +1,13 @@
 """The oneDNN vendor plugin: Intel's deep-learning kernels behind the ODLA device INTEL_DNNL.
 
 It takes float32 NCHW convolutions (with their bias, inference batch norm, residual add and
-ReLU fused in as post-ops), matmuls with a constant right-hand side (with bias and ReLU), and
-max and average pooling. Each region MergeCompositeFunctions makes becomes one C++ function
-over targets/onednn/runtime.h: primitives and repacked weights are built on the first call and
-reused, intermediates stay in oneDNN's blocked layouts (see runtime.h). What it does not take
-runs as TVM's code in the same module.
+ReLU fused in as post-ops), matmuls with a constant right-hand side (with bias and ReLU), max
+and average pooling, and concatenation along channels (without it, the concats joining the
+branches of squeezenet's fire modules and inception's blocks would cut the graph into many
+regions, with layout reorders at every cut). Each region MergeCompositeFunctions makes becomes
+one C++ function over targets/onednn/runtime.h: primitives and repacked weights are built on
+the first call and reused, intermediates stay in oneDNN's blocked layouts (see runtime.h).
+What it does not take runs as TVM's code in the same module.
 
 The library is oneDNN 3.2 built with GNU OpenMP, from PyPI: ``pip install 'odla-tvm[onednn]'``.
 """
@@ -19,7 +21,7 @@ from importlib import resources
 import tvm
 from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
-from tvm.relax.dpl.pattern import is_op, wildcard
+from tvm.relax.dpl.pattern import is_op, is_tuple, wildcard
 
 from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
 
@@ -142,6 +144,15 @@ def _pool2d_ok(context) -> bool:
             and all(int(d) == 1 for d in attrs.dilation) and not averages_past_padding)
 
 
+def _concat_ok(context) -> bool:
+    concat = context.annotated_expr["root"]
+    shapes = [_shape(field) for field in concat.args[0].fields]
+    rank = len(shapes[0]) if shapes[0] is not None else 0
+    axis = concat.attrs.axis  # None: flattened first
+    return (_plain_ok(context) and rank == 4 and axis is not None and int(axis) % rank == 1
+            and all(shape is not None and len(shape) == rank for shape in shapes))
+
+
 def _fused_tail(chain, annotations, tail: str):
     """``chain`` followed by the residual add and ReLU ``tail`` names, annotating them."""
     if "residual" in tail:
@@ -193,13 +204,24 @@ def _pool2d_pattern(op: str) -> PluginPattern:
     return PluginPattern(f"onednn.{op}", pool, {"root": pool}, _pool2d_ok)
 
 
+def _concat_pattern(count: int) -> PluginPattern:
+    """concat of ``count`` tensors: a Tuple pattern has a fixed number of fields."""
+    concat = is_op("relax.concat")(is_tuple([wildcard() for _ in range(count)]))
+    return PluginPattern(f"onednn.concat{count}", concat, {"root": concat}, _concat_ok)
+
+
+# The widest concat taken: one pattern per count (inception's blocks join 4 branches, a
+# DenseNet block more); wider ones stay with TVM.
+MAX_CONCAT_INPUTS = 16
+
+
 def prepare(mod: tvm.IRModule) -> tvm.IRModule:
     """Puts every binding in a dataflow block, where FuseOpsByPattern looks (a graph of a
     single op is built without one)."""
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
 
 
-OP_KINDS = ("conv2d", "matmul", "pool")  # what the onednn.ops item can choose among
+OP_KINDS = ("conv2d", "matmul", "pool", "concat")  # what the onednn.ops item can choose among
 ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
                        "all); the others stay with TVM"}
 
@@ -227,6 +249,8 @@ def patterns(items) -> list[PluginPattern]:
                   for tail in ("bias_relu", "bias", "relu", "")]
     if "pool" in kinds:
         taken += [_pool2d_pattern("max_pool2d"), _pool2d_pattern("avg_pool2d")]
+    if "concat" in kinds:
+        taken += [_concat_pattern(count) for count in range(2, MAX_CONCAT_INPUTS + 1)]
     return taken
 
 
@@ -348,12 +372,29 @@ class _StepWriter:
                 "strides": _list(strides), "dilates": "{0, 0}", "pad_l": _list(pad_l),
                 "pad_r": _list(pad_r)}
 
-    def source(self) -> str:
+    def concat(self, sources_name: str) -> dict[str, str]:
+        return {"kind": "Step::kConcat", "dst_shape": _shape_init(_shape(self.step.calls[0])),
+                "sources": sources_name, "source_count": str(len(self.concat_sources()))}
+
+    def concat_sources(self) -> list[str]:
+        """The concatenated operands in order (a composite takes a repeated operand once)."""
+        return [_operand(self.step.inputs[index]) for _, index in self.step.arguments[0][0]]
+
+    def declarations(self, sources_name: str) -> list[str]:
+        """What the Step's initializer points to, declared before the steps."""
+        if not self.step.composite.startswith("onednn.concat"):
+            return []
+        return [f"static const Operand {sources_name}[] = "
+                f"{{{', '.join(self.concat_sources())}}};"]
+
+    def source(self, sources_name: str) -> str:
         kind = self.step.composite.split(".", 1)[1]
         if kind.startswith("conv2d"):
             fields = self.conv2d()
         elif kind.startswith("matmul"):
             fields = self.matmul()
+        elif kind.startswith("concat"):
+            fields = self.concat(sources_name)
         else:
             fields = self.pool2d()
         # Designated initializers name each field; C++ wants them in declaration order.
@@ -363,7 +404,8 @@ class _StepWriter:
 
 _STEP_FIELDS = ("kind", "src", "weights", "weights_transposed", "bias", "src_shape",
                 "weights_shape", "dst_shape", "pooling", "kernel", "strides", "dilates", "pad_l",
-                "pad_r", "post_op_count", "post_ops")  # runtime.h's Step, in its order
+                "pad_r", "post_op_count", "post_ops", "sources",
+                "source_count")  # runtime.h's Step, in its order
 
 
 def _region_source(region: relax.Function) -> tuple[str, str]:
@@ -373,8 +415,11 @@ def _region_source(region: relax.Function) -> tuple[str, str]:
     steps, results = composite_steps(region)
     if any(kind != "step" for kind, _ in results):
         raise ValueError(f"region {name} returns a parameter; patterns never make one")
-    step_lines = ",\n    ".join(_StepWriter(step).source() for step in steps)
+    writers = [_StepWriter(step) for step in steps]
+    sources = [f"{name}_sources{index}" for index in range(len(steps))]
+    step_lines = ",\n    ".join(w.source(s) for w, s in zip(writers, sources))
     lines = [
+        *(line for w, s in zip(writers, sources) for line in w.declarations(s)),
         f"static const Shape {name}_params[] = "
         f"{{{', '.join(_shape_init(_shape(p)) for p in region.params)}}};",
         f"static const Step {name}_steps[] = {{\n    {step_lines}}};",
@@ -410,7 +455,8 @@ PLUGIN = VendorPlugin(
     name="onednn",
     device_name="INTEL_DNNL",
     description="oneDNN 3.2 (Intel's deep-learning kernels): float32 NCHW convolution with "
-                "bias, batch norm, residual add and ReLU fused; matmul; max and average pooling",
+                "bias, batch norm, residual add and ReLU fused; matmul; max and average pooling; "
+                "concat along channels",
     patterns=patterns,
     codegen=codegen,
     link_options=link_options,

@@ -198,8 +198,10 @@ class Step:
     inputs: tuple[tuple[str, int], ...]  # ("param", i) of the region or ("step", j) before it
     output: relax.TensorType
     # Per call, where each argument comes from: ("input", k) the step's k-th input, ("call", j)
-    # the j-th call's result, ("other", -1) anything else (a constant, a shape). Patterns match
-    # commutative ops either way round, so a codegen needs this to tell its operands apart.
+    # the j-th call's result, ("other", -1) anything else (a constant, a shape); a Tuple
+    # argument (concat's) as the tuple of its fields' sources. Patterns match commutative ops
+    # either way round, and a composite takes a repeated operand once, so a codegen needs this
+    # to tell its operands apart.
     arguments: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
@@ -236,11 +238,17 @@ def _op_calls(composite: relax.Function) -> tuple[list[relax.Call], list[tuple]]
     sources: dict[relax.Var, tuple[str, int]] = {p: ("input", i)
                                                  for i, p in enumerate(composite.params)}
     calls, arguments = [], []
+
+    def source(argument):
+        if isinstance(argument, relax.Tuple):
+            return tuple(source(f) for f in argument.fields)
+        return sources.get(argument, ("other", -1))
+
     for block in composite.body.blocks:
         for binding in block.bindings:
             if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, tvm.ir.Op):
                 calls.append(binding.value)
-                arguments.append(tuple(sources.get(a, ("other", -1)) for a in binding.value.args))
+                arguments.append(tuple(source(a) for a in binding.value.args))
                 sources[binding.var] = ("call", len(calls) - 1)
     return calls, arguments
 

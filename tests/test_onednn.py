@@ -152,6 +152,63 @@ def test_pool_matches_tvm(shape, window, strides, front, back, kind):
     _check_against_tvm(build, {"x": x})
 
 
+def _conv_relu(data, weights):
+    """A 3x3 same-size convolution and ReLU: a branch of a fire or inception module."""
+    return odla.relu(odla.conv(data, L.CHANNELS_FIRST, 1, _constant(weights), L.OIS, (1, 1),
+                               (1, 1), (1, 1), (1, 1)))
+
+
+# Channels of the concatenated tensors: whole blocks of 8 and 16, and not.
+CONCATS = [(8, 8), (16, 32), (5, 3), (16, 8, 24), (6, 10, 7)]
+
+
+@needs_onednn
+@pytest.mark.parametrize("channels", CONCATS)
+def test_concat_of_convolutions_matches_tvm(channels):
+    """Branches concatenated in whatever layouts their convolutions chose, the result read by
+    a convolution in the same region and returned as well."""
+    rng = np.random.default_rng(sum(channels))
+    shape = (1, 4, 9, 9)
+    x = _randn(rng, *shape)
+    branches = [_randn(rng, c, shape[1], 3, 3, scale=0.3) for c in channels]
+    after = _randn(rng, 8, sum(channels), 1, 1, scale=0.3)
+
+    def build():
+        data = odla.create_argument(VT(E.FLOAT32, shape), "x")
+        joined = odla.concat([_conv_relu(data, w) for w in branches], 1)
+        odla.set_value_as_output(joined)
+        odla.set_value_as_output(odla.conv(joined, L.CHANNELS_FIRST, 1, _constant(after),
+                                           L.OIS, (1, 1), (1, 1), (0, 0), (0, 0)))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
+@pytest.mark.parametrize("channels", CONCATS)
+def test_concat_of_parameters_matches_tvm(channels):
+    rng = np.random.default_rng(len(channels) + sum(channels))
+    inputs = {f"x{i}": _randn(rng, 2, c, 5, 7) for i, c in enumerate(channels)}
+
+    def build():
+        odla.set_value_as_output(odla.concat(
+            [odla.create_argument(VT(E.FLOAT32, x.shape), name) for name, x in inputs.items()],
+            1))
+
+    _check_against_tvm(build, inputs)
+
+
+@needs_onednn
+def test_concat_of_one_tensor_twice_matches_tvm():
+    """The composite takes a repeated operand once; the step still reads it twice."""
+    x = _randn(np.random.default_rng(3), 1, 5, 4, 4)
+
+    def build():
+        data = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        odla.set_value_as_output(odla.concat([data, odla.relu(data), data], 1))
+
+    _check_against_tvm(build, {"x": x})
+
+
 @needs_onednn
 def test_small_cnn_runs_as_one_region_with_tvm_around_it():
     """conv-bias-batchnorm-relu, max pool, grouped conv-relu, average pool, then TVM's reshape
@@ -188,19 +245,43 @@ def test_weights_of_two_models_do_not_mix():
         np.testing.assert_array_equal(a, b)
 
 
-@needs_onednn
-def test_light_resnet50_matches_its_reference_outputs():
+def _light_case_outputs(name: str):
+    """A light model's outputs through INTEL_DNNL, its reference outputs, and the session."""
     from odla_tvm.frontends.onnx_conformance import light_cases
 
-    case = next(c for c in light_cases() if c.name == "test_resnet50")
+    case = next(c for c in light_cases() if c.name == name)
     session = odla.Session.from_onnx(case.model,
                                      odla.allocate_device(device_name=DeviceName.INTEL_DNNL))
     initializers = {t.name for t in case.model.graph.initializer}
     names = [i.name for i in case.model.graph.input if i.name not in initializers]
-    outputs = session.run(dict(zip(names, case.inputs, strict=True)))
-    for out, ref in zip(outputs, case.outputs, strict=True):
+    return session.run(dict(zip(names, case.inputs, strict=True))), case.outputs, session
+
+
+@needs_onednn
+def test_light_resnet50_matches_its_reference_outputs():
+    outputs, expected, session = _light_case_outputs("test_resnet50")
+    for out, ref in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
     assert _oneDNN_calls(session.executable) == 2  # the convolutions' region and the gemm's
+
+
+@needs_onednn
+def test_light_squeezenet_runs_as_one_region_and_matches_its_reference_outputs():
+    """The fire modules' concats join the convolutions' region: all of it but the final mean
+    and softmax is one oneDNN call."""
+    outputs, expected, session = _light_case_outputs("test_squeezenet")
+    for out, ref in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
+    assert _oneDNN_calls(session.executable) == 1
+
+
+@needs_onednn
+def test_light_inception_v1_matches_its_reference_outputs():
+    outputs, expected, session = _light_case_outputs("test_inception_v1")
+    for out, ref in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
+    # The 4-branch concats join their regions; TVM's local response normalizations split them.
+    assert _oneDNN_calls(session.executable) == 4
 
 
 @needs_onednn
@@ -260,4 +341,5 @@ def test_onednn_ops_item_keeps_the_other_kinds_with_tvm():
     with pytest.raises(odla.OdlaError) as err:
         odla.set_computation_item(comp, "onednn.ops", ["softmax"])
     assert err.value.status == Status.INVALID_PARAM
-    assert "['conv2d', 'matmul', 'pool']" in str(err.value) and "softmax" in str(err.value)
+    assert "['conv2d', 'matmul', 'pool', 'concat']" in str(err.value)
+    assert "softmax" in str(err.value)

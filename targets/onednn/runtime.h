@@ -1,6 +1,7 @@
 // What every oneDNN region needs at run time; targets/onednn.py puts this text before the
 // region functions it generates. Those take TVM's packed arguments as they come: unpacking
-// a region's hundreds of typed arguments (TVM_FFI_DLL_EXPORT_TYPED_FUNC) takes g++ -O2 minutes. A region is a list of steps (convolution, matmul, pooling),
+// a region's hundreds of typed arguments (TVM_FFI_DLL_EXPORT_TYPED_FUNC) takes g++ -O2 minutes.
+// A region is a list of steps (convolution, matmul, pooling, concat),
 // described as plain constant data (it compiles in no time, where an initializer of the same
 // size built from std::vector takes g++ -O2 minutes), built into oneDNN primitives on its first
 // call and reused on every later call.
@@ -79,7 +80,7 @@ struct PostOp {
 };
 
 struct Step {
-  enum Kind { kConv, kMatmul, kPool } kind;
+  enum Kind { kConv, kMatmul, kPool, kConcat } kind;
   Operand src;
   int weights;              // conv, matmul: the region parameter holding constant weights
   bool weights_transposed;  // matmul: the constant is (N, K) and the graph transposes it
@@ -90,6 +91,8 @@ struct Step {
   int64_t kernel[2], strides[2], dilates[2], pad_l[2], pad_r[2];  // dilates count from 0
   int post_op_count;
   PostOp post_ops[4];
+  const Operand* sources;  // concat: its operands in order (along channels), source_count
+  int source_count;        // of them
 };
 
 inline memory::format_tag plain_tag(size_t rank) {
@@ -133,6 +136,7 @@ class Region {
     for (const Step& s : steps_) {
       if (s.kind == Step::kConv) build_conv(s);
       else if (s.kind == Step::kMatmul) build_matmul(s);
+      else if (s.kind == Step::kConcat) build_concat(s);
       else build_pool(s);
     }
     for (int result : results_) {
@@ -258,6 +262,11 @@ class Region {
     return std::vector<PostOp>(s.post_ops, s.post_ops + s.post_op_count);
   }
 
+  static std::vector<Operand> concat_sources(const Step& s) {
+    if (s.kind != Step::kConcat) return {};
+    return std::vector<Operand>(s.sources, s.sources + s.source_count);
+  }
+
   // Whether anything but step ``current``'s residual add reads step ``index``'s value: the
   // current step's other operands, a later step, a region result.
   bool read_elsewhere(int index, size_t current) const {
@@ -267,6 +276,8 @@ class Region {
     for (size_t i = current; i < steps_.size(); ++i) {
       const Step& s = steps_[i];
       if (reads(s.src) || reads(s.bias)) return true;
+      for (const Operand& source : concat_sources(s))
+        if (reads(source)) return true;
       for (const PostOp& op : post_ops(s))
         if (reads(op.operand) && !(i == current && op.kind == PostOp::kResidual)) return true;
     }
@@ -341,6 +352,20 @@ class Region {
         any_desc(s.dst_shape.to_dims()), pair(s.strides), pair(s.kernel), pair(s.dilates),
         pair(s.pad_l), pair(s.pad_r));
     finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
+  }
+
+  void build_concat(const Step& s) {
+    // Concat reads its inputs in whatever layouts they have (no reorder before it), and oneDNN
+    // derives the destination's layout from theirs (nhwc from nhwc, as squeezenet's
+    // convolutions choose), so the convolutions after it mostly read it as it is.
+    std::vector<memory::desc> sources;
+    std::unordered_map<int, memory> args;
+    for (const Operand& source : concat_sources(s)) {
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(sources.size())] = value(source);
+      sources.push_back(value(source).get_desc());
+    }
+    dnnl::concat::primitive_desc pd(cpu_engine(), any_desc(s.dst_shape.to_dims()), 1, sources);
+    finish_step(s, dnnl::concat(pd), pd.dst_desc(), std::move(args));
   }
 
   std::vector<Step> steps_;
