@@ -106,17 +106,41 @@ def batch_normalization(emit, x, mean, var, scale, offset, *, channels_last, eps
                         scalar_scale, scalar_offset):
     rank = x.ty.ndim - 2
     dtype = x.ty.dtype
-    # y = (x - mean) * scale / sqrt(var + eps) + offset, with the per-channel factor
-    # computed once so that constant parameters fold at compile time.
+    # y = (x - mean) * scale / sqrt(var + eps) + offset, with the per-channel factor and shift
+    # computed once: here when the parameters are constants (an inference model's are), else
+    # in the graph.
     scale = scale if scale is not None else relax.const(scalar_scale, dtype)
     offset = offset if offset is not None else relax.const(scalar_offset, dtype)
-    inv_std = emit(R.rsqrt(emit(R.add(var, relax.const(epsilon, dtype)))))
-    factor = emit(R.multiply(scale, inv_std))
-    shift = emit(R.subtract(offset, emit(R.multiply(mean, factor))))
-    if not channels_last and rank > 0:
-        factor = emit(R.reshape(factor, [-1] + [1] * rank))
-        shift = emit(R.reshape(shift, [-1] + [1] * rank))
+    per_channel = [-1] + [1] * rank if not channels_last and rank > 0 else None
+    folded = _folded_batch_norm(mean, var, scale, offset, epsilon, str(dtype), per_channel)
+    if folded is not None:
+        factor, shift = folded
+    else:
+        inv_std = emit(R.rsqrt(emit(R.add(var, relax.const(epsilon, dtype)))))
+        factor = emit(R.multiply(scale, inv_std))
+        shift = emit(R.subtract(offset, emit(R.multiply(mean, factor))))
+        if per_channel:
+            factor = emit(R.reshape(factor, per_channel))
+            shift = emit(R.reshape(shift, per_channel))
     return emit(R.add(emit(R.multiply(x, factor)), shift))
+
+
+def _folded_batch_norm(mean, var, scale, offset, epsilon, dtype, shape):
+    """The factor and shift of a batch norm whose parameters are all constants, computed in
+    float64, rounded once and reshaped to ``shape`` (None: as they are), as constants; None
+    otherwise. Without this, every run would recompute them: TVM's default build does not
+    fold constants."""
+    parameters = (mean, var, scale, offset)
+    if not all(isinstance(p, Constant) for p in parameters) or dtype not in ("float32", "float64"):
+        return None
+    m, v, s, o = (p.value.numpy().astype(np.float64) for p in parameters)
+    factor = s / np.sqrt(v + epsilon)
+    shift = o - m * factor
+    common = np.broadcast_shapes(factor.shape, shift.shape)
+    factor, shift = np.broadcast_to(factor, common), np.broadcast_to(shift, common)
+    if shape is not None:
+        factor, shift = factor.reshape(shape), shift.reshape(shape)
+    return relax.const(factor.astype(dtype), dtype), relax.const(shift.astype(dtype), dtype)
 
 
 def _pool(emit, pool_ops, x, channels_last, window, strides, paddings_front, paddings_back, **extra):
