@@ -38,6 +38,7 @@ from .version import __version__
 
 # Tuned ODLA-TVM is to reach onnxruntime's latency on these (docs/perf.md says how far it is).
 TARGET_MODELS = ("resnet50", "squeezenet", "inception_v1", "vgg19")
+ONEDNN_GOAL = 1.2  # the oneDNN device's untuned latency on resnet50, over onnxruntime's
 LIGHT_MODELS = TARGET_MODELS + ("bvlc_alexnet", "densenet121", "inception_v2", "shufflenet",
                                 "zfnet512")
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
@@ -222,7 +223,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _ratio(seconds: float | None, reference: float | None) -> str:
-    return "-" if seconds is None or not reference else f"{seconds / reference:.1f}x"
+    return "-" if seconds is None or not reference else f"{seconds / reference:.2f}x"
 
 
 def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
@@ -276,6 +277,12 @@ def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
     lines += ["", f"Goal: tuned at most 1.0x onnxruntime on {', '.join(TARGET_MODELS)}. "
               + (f"Not met for {', '.join(missed)}: MetaSchedule needs far more trials than "
                  "were spent (see the tuning column)." if missed else "Met."), ""]
+    resnet50 = next((r for r in results if r.name == "resnet50" and r.onednn_s), None)
+    if resnet50 is not None:
+        ratio = resnet50.onednn_s / resnet50.onnxruntime_s
+        lines += [f"Goal: resnet50 through oneDNN, untuned, at most {ONEDNN_GOAL:.1f}x "
+                  f"onnxruntime: {'met' if ratio <= ONEDNN_GOAL else 'not met'} ({ratio:.2f}x).",
+                  ""]
     bare = overhead["bare VM call"]
     lines += [
         "## ODLA's own cost per call",

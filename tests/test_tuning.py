@@ -223,8 +223,9 @@ def test_overhead_and_report():
     rows = [ModelTimes("resnet50", 2.0, 0.5, 0.1, 40, 60, 300, 4.0, 5, True, onednn_s=0.11),
             ModelTimes("vgg19", error="RuntimeError: out of memory")]
     text = report(rows, overhead, 2, 60, (1.5, 2.5))
-    assert ("| resnet50 | 2000.0 | 500.0 | 110.0 | 100.0 | 20.0x | 5.0x | 1.1x | 40 of 60 | "
+    assert ("| resnet50 | 2000.0 | 500.0 | 110.0 | 100.0 | 20.00x | 5.00x | 1.10x | 40 of 60 | "
             "300 trials, 4.0 min" in text)
     assert "| vgg19 | failed: RuntimeError: out of memory" in text
     assert "Not met for resnet50" in text and "over the bare VM call" in text
+    assert "resnet50 through oneDNN, untuned, at most 1.2x onnxruntime: met (1.10x)" in text
     assert "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
