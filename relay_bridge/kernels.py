@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import tvm
-from tvm import te, tirx
+from tvm import te, tirx, topi
 from tvm.script import tirx as T
 
 
@@ -70,15 +71,19 @@ def strided_gather(x: te.Tensor, start: te.Tensor, stride: te.Tensor, sizes: lis
                       name="strided_gather")
 
 
+def _extreme_identity(dtype: str, largest: bool):
+    """What the largest (smallest) element of an empty set is: -inf (+inf) for floats, the
+    type's least (greatest) value for integers."""
+    if dtype.startswith(("float", "bfloat")):
+        return -math.inf if largest else math.inf
+    return int(np.iinfo(dtype).min if largest else np.iinfo(dtype).max)
+
+
 def extreme(x: te.Tensor, axes: list[int], keep_dims: bool, largest: bool) -> te.Tensor:
     """The largest (or smallest) element of ``x`` over ``axes`` (sorted, non-negative). A
     float reduction starts from -inf (+inf), so that a run of infinities reduces to
     infinity; TOPI's starts from the largest finite number."""
-    dtype = str(x.dtype)
-    if dtype.startswith(("float", "bfloat")):
-        start = tirx.const(-math.inf if largest else math.inf, dtype)
-    else:
-        start = tirx.min_value(dtype) if largest else tirx.max_value(dtype)
+    start = tirx.const(_extreme_identity(str(x.dtype), largest), str(x.dtype))
     combine = tirx.max if largest else tirx.min
     reducer = te.comm_reducer(lambda a, b: combine(a, b), lambda t: start, name="extreme")
     spans = {a: te.reduce_axis((0, x.shape[a]), f"k{a}") for a in axes}
@@ -96,11 +101,17 @@ def extreme(x: te.Tensor, axes: list[int], keep_dims: bool, largest: bool) -> te
 
 def _legalize_extreme(largest: bool):
     """relax.max / relax.min lowered through ``extreme``: the Relax ops stay in the graph, so
-    their gradients still apply, and lower without TOPI's finite starting value."""
+    their gradients still apply, and lower without TOPI's finite starting value. A reduction
+    over a dim of size 0 is the identity (TVM's own lowering would leave it unwritten)."""
     def legalize(bb, call):
         x = call.args[0]
-        rank = x.ty.ndim
-        axes = range(rank) if call.attrs.axis is None else {int(a) % rank for a in call.attrs.axis}
+        dims = x.ty.shape.values
+        axes = range(len(dims)) if call.attrs.axis is None else \
+            {int(a) % len(dims) for a in call.attrs.axis}
+        dtype = str(x.ty.dtype)
+        if any(isinstance(dims[a], tirx.IntImm) and int(dims[a]) == 0 for a in axes):
+            return bb.call_te(topi.full, call.ty.shape.values, dtype,
+                              _extreme_identity(dtype, largest))
         return bb.call_te(extreme, x, sorted(axes), bool(call.attrs.keepdims), largest)
     return legalize
 

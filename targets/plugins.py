@@ -173,8 +173,8 @@ def check_item(name: str, value) -> object:
 
 
 def offloaded_regions(mod: tvm.IRModule) -> list[str]:
-    """The vendor-compiled functions ``main`` calls (what RunCodegen turned into
-    call_dps_packed of an external function), in call order."""
+    """The external functions ``main`` calls with call_dps_packed (vendor regions RunCodegen
+    made, custom ops' C functions), in call order."""
     names: list[str] = []
 
     def visit(expr):

@@ -131,7 +131,8 @@ class CompiledModule:
                  kernel_bindings: dict[str, list[str]] | None = None,
                  tuned_kernels: list[str] | None = None, vendor_regions: list[str] | None = None):
         self.library = library
-        self.vendor_regions = vendor_regions or []  # functions vendor plugins compiled
+        # External functions main calls: vendor plugins' regions and custom ops' C functions.
+        self.vendor_regions = vendor_regions or []
         # kernel name -> the graph bindings it computes, in call order (see compile_module)
         self.kernel_bindings = kernel_bindings or {}
         self.tuned_kernels = tuned_kernels or []  # kernels scheduled by tuning records
@@ -218,8 +219,9 @@ class CompiledModule:
         return lambda: main(*tensors)
 
     def _runnable_library(self):
-        """The library the VM runs: a module with vendor parts is linked against the vendor's
-        libraries first (TVM's in-process link knows nothing of them)."""
+        """The library the VM runs: a module with external functions is exported and loaded
+        first, linked with the vendors' libraries (TVM's in-process link knows nothing of
+        them)."""
         if not self.vendor_regions or not isinstance(self.library, relax.VMExecutable):
             return self.library
         self._linked = tempfile.TemporaryDirectory(prefix="odla-tvm-")

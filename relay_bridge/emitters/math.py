@@ -297,8 +297,7 @@ def _axes(x, axes) -> list[int] | None:
 
 def _empty_set(x, axes, keep_dims, value):
     """``value`` in the shape of a reduction of ``x`` over ``axes`` (None: every axis) when
-    a reduced dim is 0: TVM's reductions leave the results of empty sets unwritten. None
-    when every reduced dim has elements."""
+    a reduced dim is 0, else None."""
     dims = x.ty.shape.values
     reduced = range(len(dims)) if axes is None else [a % len(dims) for a in axes]
     if not any(isinstance(dims[a], tirx.IntImm) and int(dims[a]) == 0 for a in reduced):
@@ -309,42 +308,37 @@ def _empty_set(x, axes, keep_dims, value):
     return R.broadcast_to(relax.const(value, dtype), shape)
 
 
-def _relax_reduction(relax_op, empty):
+def _relax_reduction(relax_op, empty=None):
+    """``relax_op`` over the checked axes. ``empty``: the result over an empty set, for an op
+    whose lowering gives none (sum and prod lower with their identity, max and min through
+    kernels.extreme)."""
     def lower(emit, x, *, axes, keep_dims):
         axes = _axes(x, axes)
-        empty_set = _empty_set(x, axes, keep_dims, empty)
+        empty_set = None if empty is None else _empty_set(x, axes, keep_dims, empty)
         return emit(relax_op(x, axes, keep_dims) if empty_set is None else empty_set)
 
     return lower
 
 
-_sum = register("ReduceSum")(_relax_reduction(R.sum, 0))
+_sum = register("ReduceSum")(_relax_reduction(R.sum))
 register("ReduceMean")(_relax_reduction(R.mean, math.nan))
-register("ReduceProd")(_relax_reduction(R.prod, 1))
+register("ReduceProd")(_relax_reduction(R.prod))
 
 
-def _extreme(largest: bool):
+def _extreme(relax_op):
+    reduce = _relax_reduction(relax_op)
+
     def lower(emit, x, *, axes, keep_dims):
         if x.ty.dtype == "bool":  # as bytes: an empty set's maximum is false, its minimum true
-            return as_bool(emit, lower(emit, emit(R.astype(x, "uint8")), axes=axes,
-                                       keep_dims=keep_dims))
-        dtype = str(x.ty.dtype)
-        if is_float(x):
-            empty = -math.inf if largest else math.inf
-        else:
-            empty = np.iinfo(dtype).min if largest else np.iinfo(dtype).max
-        axes = _axes(x, axes)
-        empty_set = _empty_set(x, axes, keep_dims, empty)
-        if empty_set is not None:
-            return emit(empty_set)
-        reduce = R.max if largest else R.min  # legalized through kernels.extreme
-        return emit(reduce(x, axes, keep_dims))
+            return as_bool(emit, reduce(emit, emit(R.astype(x, "uint8")), axes=axes,
+                                        keep_dims=keep_dims))
+        return reduce(emit, x, axes=axes, keep_dims=keep_dims)
 
     return lower
 
 
-register("ReduceMax")(_extreme(True))
-register("ReduceMin")(_extreme(False))
+register("ReduceMax")(_extreme(R.max))
+register("ReduceMin")(_extreme(R.min))
 
 
 @register("ReduceSumSquare")
