@@ -15,6 +15,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import plugins as vendor_plugins
+from .layouts import layout_passes
 from .registry import TargetSpec, cpu_count
 
 # TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
@@ -289,12 +290,23 @@ class _KernelRecorder:
             self.tuned = sorted(self._unscheduled & set(_kernels(mod, scheduled=True)))
         if info.name == "FuseOps":
             self._fused = self._fused_outputs(mod)
+        if info.name == "SplitLayoutRewritePreproc":
+            self._follow_prepacked(mod)
         if info.name not in ("LegalizeOps", "FuseTIR"):
             return
         self.kernels = {}
         for var, value in _kernel_calls(mod["main"]):
             self.kernels.setdefault(value.args[0].name_hint, []).append(
                 self._fused.get(var.name, var.name))
+
+    def _follow_prepacked(self, mod) -> None:
+        """A kernel whose schedule reads its weights in another layout becomes ``<name>_prepacked``
+        (its weights' ``<name>_weight_prepack`` is folded away at compile time): same calls,
+        same values, new name."""
+        names = {g.name_hint for g in mod.get_global_vars()}
+        renamed = {k: f"{k}_prepacked" for k in names if f"{k}_prepacked" in names}
+        self.kernels = {renamed.get(k, k): v for k, v in self.kernels.items()}
+        self.tuned = sorted(renamed.get(k, k) for k in self.tuned)
 
     def _fused_outputs(self, mod) -> dict[str, str]:
         """For each call of a fused function in ``main``, the binding name its last kernel
@@ -341,10 +353,34 @@ def _kernels(mod: tvm.IRModule, scheduled: bool) -> list[str]:
             and bool(func.attrs and func.attrs.get("tirx.is_scheduled", False)) == scheduled]
 
 
-def _kernel_passes() -> list:
-    """Ops to fused kernels: the form tuning takes its tasks from and records apply to."""
+@tvm.transform.module_pass(opt_level=0, name="MarkLayoutFreeConstants")
+def _layout_free_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Marks the operands that are constants at every call of a kernel as layout-free, so that
+    its tuned schedule may read them in another layout, made from the constants when compiling
+    (MetaSchedule's RewriteLayout, then SplitLayoutRewritePreproc and FoldConstant). TVM's
+    AttachAttrLayoutFreeBuffers does the same but renames every kernel it passes."""
+    constant_operands: dict[tvm.ir.GlobalVar, set[int]] = {}
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        for _var, call in _kernel_calls(func):
+            operands = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else []
+            constants = {i for i, a in enumerate(operands) if isinstance(a, tvm.ir.expr.Constant)}
+            kernel = call.args[0]
+            constant_operands[kernel] = constant_operands.get(kernel, constants) & constants
+    for kernel, constants in constant_operands.items():
+        if constants:
+            mod[kernel] = mod[kernel].with_attr("layout_free_buffers", sorted(constants))
+    return mod
+
+
+def _kernel_passes(spec: TargetSpec) -> list:
+    """Ops to fused kernels: the form tuning takes its tasks from and records apply to. Where
+    the target prepacks weights, each kernel's constant operands are marked layout-free, so a
+    schedule may read them in another layout (MetaSchedule's RewriteLayout)."""
     return [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
+            *([_layout_free_constants] if spec.prepack_weights else [])]
 
 
 def _partitioned(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm.IRModule:
@@ -361,8 +397,8 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm
     target = spec.tvm_target()
     with target:
         return tvm.transform.Sequential(
-            relax.pipeline.library_dispatch_passes(target) + _kernel_passes())(
-                _partitioned(mod, spec, plugin_items))
+            layout_passes(spec.layouts) + relax.pipeline.library_dispatch_passes(target)
+            + _kernel_passes(spec))(_partitioned(mod, spec, plugin_items))
 
 
 def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
@@ -379,6 +415,10 @@ def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
     if tuned:
         with database.records():
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
+        if spec.prepack_weights:
+            # The weight layouts the applied schedules read, made once here from the constants.
+            kernels = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
+                                                relax.transform.FoldConstant()])(kernels)
     if not dlight and not _kernels(kernels, scheduled=True):
         return None
     if dlight:

@@ -32,6 +32,7 @@ from .runtime import fused_kernels
 log = logging.getLogger(__name__)
 
 FAILED_RUN_S = 1e10  # what MetaSchedule records as the run time of a candidate that failed
+FIRST_TRIALS = 16  # what every kernel gets first: enough for a parallel, vectorized schedule
 _TARGET_FILE = "target.json"
 _WORKLOADS = "database_workload.json"
 _RECORDS = "database_tuning_record.json"
@@ -225,7 +226,7 @@ def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
             f"machine ({spec.arch}, {spec.device_kind}); tune on a machine of that kind")
     started = time.monotonic()
     target = spec.tvm_target()
-    tasks = _heaviest(ms.relax_integration.extract_tasks(fused_kernels(mod, spec), target))
+    tasks = _by_arithmetic(ms.relax_integration.extract_tasks(fused_kernels(mod, spec), target))
     database = TuningDatabase(spec, cache_dir)
     if database.has_records() and database.foreign_reason():
         raise TuningUnavailable(f"{database.directory} holds records it cannot extend: "
@@ -234,36 +235,29 @@ def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
     database.add_model(mod)
     recorded = database.measurements()
     hashes = [_task_hash(t) for t in tasks]
-    done = sum(recorded.get(h, (0, None))[0] for h in hashes)
-    budget = (trials - done) if trials is not None else 1 << 30
+    counts = [recorded.get(h, (0, None))[0] for h in hashes]
+    budget = (trials - sum(counts)) if trials is not None else 1 << 30
     if not tasks or budget <= 0:
         return _report(spec, database, tasks, hashes, 0, started, "done")
-    # The budget split so that every kernel gets a batch; a time budget is checked between
-    # batches, so its batches are smaller.
-    per_batch = max(1, min(64 if minutes is None else 8, budget // len(tasks)))
     progress_bar = _Progress(tasks, hashes, recorded, budget if trials is not None else None,
                              started + minutes * 60 if minutes is not None else None,
                              f"tuning {label} for {spec.name}", progress)
+    # Every kernel first gets FIRST_TRIALS: a kernel left unscheduled runs on one core,
+    # unvectorized (resnet50's smallest 1x1 convolution so took longer than all its tuned
+    # ones). Then the kernels doing most of the arithmetic share the rest, heaviest first.
+    phases = [([i for i, count in enumerate(counts) if count < FIRST_TRIALS], FIRST_TRIALS),
+              (list(range(_heavy_count(tasks))), None)]
     with _quiet_meta_schedule():
-        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            tasks, str(database.directory), strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=min(512, max(64, 8 * per_batch)),
-                init_min_unmeasured=min(50, max(8, 2 * per_batch))),
-            num_threads=cpu_count())
         try:
-            ms.tune_tasks(
-                tasks=contexts, task_weights=weights, work_dir=str(database.directory),
-                max_trials_global=budget, num_trials_per_iter=per_batch,
-                # The default 30 s is too short for a large convolution on 2 busy cores.
-                builder=ms.builder.LocalBuilder(f_build=_build_candidate, timeout_sec=60,
-                                                max_workers=cpu_count()),
-                runner=ms.runner.LocalRunner(timeout_sec=60),
-                database=ms_database, measure_callbacks=[*ms.MeasureCallback.create("default"),
-                                                         progress_bar.callback()],
-                # Round robin records each batch as it is measured (so an interrupted run keeps
-                # it, and a time budget can stop between batches); the gradient scheduler
-                # records nothing until every kernel has had its first batch.
-                task_scheduler="round-robin")
+            for indices, per_task in phases:
+                left = budget - progress_bar.trials
+                if per_task is not None:
+                    left = min(left, sum(per_task - counts[i] for i in indices))
+                if not indices or left <= 0 or progress_bar.out_of_time:
+                    continue
+                progress_bar.phase(indices)
+                _tune_tasks([tasks[i] for i in indices], left, per_task, minutes is not None,
+                            database, ms_database, progress_bar)
         finally:
             progress_bar.close()
     stopped_by = "minutes" if progress_bar.out_of_time else "trials"
@@ -273,20 +267,54 @@ def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
     return report
 
 
-def _heaviest(tasks: list, share: float = 0.995) -> list:
-    """The tasks that together do ``share`` of the model's arithmetic, heaviest first: trials
-    go where the time goes (a reshape or a concatenation has nothing to tune)."""
+def _tune_tasks(tasks: list, budget: int, per_task: int | None, timed: bool,
+                database: TuningDatabase, ms_database, progress_bar: _Progress) -> None:
+    """One MetaSchedule run over ``tasks``: ``budget`` trials in all, at most ``per_task``
+    each (None: no limit); ``timed``: a time budget is checked between batches, so batches
+    are smaller."""
+    from tvm.s_tir import meta_schedule as ms
+
+    per_batch = max(1, min(64 if not timed else 8, per_task or budget, budget // len(tasks)))
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        tasks, str(database.directory), strategy=ms.search_strategy.EvolutionarySearch(
+            population_size=min(512, max(64, 8 * per_batch)),
+            init_min_unmeasured=min(50, max(8, 2 * per_batch))),
+        num_threads=cpu_count())
+    ms.tune_tasks(
+        tasks=contexts, task_weights=weights, work_dir=str(database.directory),
+        max_trials_global=budget, max_trials_per_task=per_task or budget,
+        num_trials_per_iter=per_batch,
+        # The default 30 s is too short for a large convolution on 2 busy cores.
+        builder=ms.builder.LocalBuilder(f_build=_build_candidate, timeout_sec=60,
+                                        max_workers=cpu_count()),
+        runner=ms.runner.LocalRunner(timeout_sec=60),
+        database=ms_database, measure_callbacks=[*ms.MeasureCallback.create("default"),
+                                                 progress_bar.callback()],
+        # Round robin records each batch as it is measured (so an interrupted run keeps it, and
+        # a time budget can stop between batches); the gradient scheduler records nothing
+        # until every kernel has had its first batch.
+        task_scheduler="round-robin")
+
+
+def _by_arithmetic(tasks: list) -> list:
+    """The tasks, heaviest first (calls x floating-point operations)."""
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    flops = {id(t): estimate_tir_flops(t.dispatched[0]) * t.weight for t in tasks}
-    total = sum(flops.values())
-    kept, done = [], 0.0
-    for task in sorted(tasks, key=lambda t: -flops[id(t)]):
-        if kept and done >= share * total:
-            break
-        kept.append(task)
-        done += flops[id(task)]
-    return kept
+    return sorted(tasks, key=lambda t: -estimate_tir_flops(t.dispatched[0]) * t.weight)
+
+
+def _heavy_count(tasks: list, share: float = 0.995) -> int:
+    """How many of ``tasks`` (heaviest first) do ``share`` of the model's arithmetic: the rest
+    (a pool, a transpose, a concatenation) has little to gain past its first trials."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    flops = [estimate_tir_flops(t.dispatched[0]) * t.weight for t in tasks]
+    total, done = sum(flops), 0.0
+    for count, task_flops in enumerate(flops):
+        if count and done >= share * total:
+            return count
+        done += task_flops
+    return len(tasks)
 
 
 def _report(spec, database, tasks, hashes, trials_run, started, stopped_by) -> TuningReport:
@@ -317,17 +345,21 @@ def _quiet_meta_schedule():
 
 
 class _Progress:
-    """A tqdm bar over the trials: kernels done, the model's best kernel time so far (calls x
-    best time, summed over measured kernels), and the time left of a minutes budget. Ends
-    every task once that time is up."""
+    """A tqdm bar over the trials: kernels done in this phase, the model's best kernel time so
+    far (calls x best time, summed over measured kernels), and the time left of a minutes
+    budget. Ends every task once that time is up."""
 
     def __init__(self, tasks, hashes, recorded, total, deadline, description, enabled):
         self.weights = [t.weight for t in tasks]
         self.best = [recorded.get(h, (0, None))[1] for h in hashes]
+        self.indices = list(range(len(tasks)))  # the phase's tasks, by MetaSchedule's task id
         self.deadline = deadline
         self.trials = 0
         self.out_of_time = False
         self.bar = tqdm.tqdm(total=total, desc=description, unit="trial", disable=not enabled)
+
+    def phase(self, indices: list[int]) -> None:
+        self.indices = indices
 
     def callback(self):
         from tvm.ir.utils import derived_object
@@ -347,8 +379,9 @@ class _Progress:
         for result in runner_results:
             if result.error_msg is None and result.run_secs:
                 seconds = sum(float(s) for s in result.run_secs) / len(result.run_secs)
-                if self.best[task_id] is None or seconds < self.best[task_id]:
-                    self.best[task_id] = seconds
+                task = self.indices[task_id]
+                if self.best[task] is None or seconds < self.best[task]:
+                    self.best[task] = seconds
         self.trials += len(runner_results)
         records = scheduler.tasks_
         if self.deadline is not None and time.monotonic() >= self.deadline:

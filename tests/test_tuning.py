@@ -24,6 +24,9 @@ from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
 from targets.tuning import _Progress
 
+# The tuned model's kernels: the conv-relu, whose schedule reads its weights in its own layout
+# (made when compiling: "prepacked"), and the transposes into and out of NHWC.
+TUNED = ["fused_conv2d_relu_prepacked", "transpose", "transpose2"]
 IMAGE = np.random.default_rng(11).standard_normal((1, 3, 16, 16)).astype(np.float32)
 
 
@@ -48,39 +51,44 @@ def compiled(model_path, cache_dir):
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """A conv-relu model tuned with 2 trials into a fresh cache directory."""
+    """A conv-relu model tuned with 3 trials into a fresh cache directory."""
     root = tmp_path_factory.mktemp("tuning")
     model = conv_relu_onnx(root / "conv_relu.onnx")
     progress = io.StringIO()
     with contextlib.redirect_stderr(progress):
-        report = odla.tune(model, "host-cpu", trials=2, cache_dir=root / "cache")
+        report = odla.tune(model, "host-cpu", trials=3, cache_dir=root / "cache")
     return model, root / "cache", report, progress.getvalue()
 
 
 def test_tune_measures_and_records_in_the_targets_database(tuned):
     _, cache, report, progress = tuned
-    assert (report.target, report.tasks, report.trials_run) == ("host-cpu", 1, 2)
-    assert report.trials_recorded == 2 and report.stopped_by == "trials"
+    # The conv-relu kernel, and the transposes into and out of NHWC around it: each gets its
+    # first trials before any gets more.
+    assert (report.target, report.tasks, report.trials_run) == ("host-cpu", 3, 3)
+    assert report.trials_recorded == 3 and report.stopped_by == "trials"
     assert report.directory.parent == cache / "tuning"
     meta = json.loads((report.directory / "target.json").read_text())
     assert meta["target_key"] == targets.host_cpu().key()
-    assert meta["runs"][-1]["label"] == "conv_relu" and meta["runs"][-1]["trials"] == 2
+    assert meta["runs"][-1]["label"] == "conv_relu" and meta["runs"][-1]["trials"] == 3
     assert "tuning conv_relu for host-cpu" in progress and "kernels done" in progress
-    assert "host-cpu" in report.summary() and "2 trials" in report.summary()
+    assert "host-cpu" in report.summary() and "3 trials" in report.summary()
 
 
 def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
     model, cache, _, _ = tuned
     untuned = compiled(model, tmp_path)  # an empty cache: no records
     exe = compiled(model, cache)
-    # MetaScheduleApplyDatabase found the workload and scheduled the kernel from its record.
-    assert exe.module.tuned_kernels == ["fused_conv2d_relu"]
+    # MetaScheduleApplyDatabase found the workload and scheduled the kernel from its record;
+    # the schedule reads the weights in its own layout, made when compiling ("prepacked").
+    assert exe.module.tuned_kernels == TUNED
     assert untuned.module.tuned_kernels == []
     code = exe.module.library.mod.imports[0].inspect_source("ll")
     plain = untuned.module.library.mod.imports[0].inspect_source("ll")
     assert "fused_conv2d_relu" in code and "fused_conv2d_relu" not in plain
-    # The fused kernel is profiled as the ODLA value it produces (the relu's output).
-    assert exe.kernel_values == {"fused_conv2d_relu": ["out"]}
+    # Profiles map kernels to the values they produce: the fused kernel computes the relu in
+    # NHWC (a value of the layout conversion), and the transpose back gives the ODLA value.
+    values = exe.kernel_values
+    assert len(values["fused_conv2d_relu_prepacked"]) == 1 and list(values.values())[-1] == ["out"]
     # The same numbers either way.
     results = []
     for executable in (exe, untuned):
@@ -92,7 +100,7 @@ def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
     # Session finds the database through $ODLA_TVM_CACHE_DIR as well.
     monkeypatch.setenv("ODLA_TVM_CACHE_DIR", str(cache))
     session = odla.Session.from_onnx(model)
-    assert session.executable.module.tuned_kernels == ["fused_conv2d_relu"]
+    assert session.executable.module.tuned_kernels == TUNED
     np.testing.assert_allclose(session.run({"image": IMAGE})[0], results[1], rtol=1e-5, atol=1e-5)
 
 
@@ -106,8 +114,7 @@ def test_a_model_not_tuned_compiles_as_before(tuned, tmp_path):
     weights.graph.initializer[0].CopyFrom(numpy_helper.from_array(
         np.ones((8, 3, 3, 3), np.float32), "w"))
     onnx.save(weights, tmp_path / "same.onnx")
-    assert compiled(str(tmp_path / "same.onnx"), cache).module.tuned_kernels == [
-        "fused_conv2d_relu"]
+    assert compiled(str(tmp_path / "same.onnx"), cache).module.tuned_kernels == TUNED
 
 
 def test_records_are_never_applied_to_another_target(tuned, tmp_path, caplog):
@@ -132,10 +139,10 @@ def test_a_rerun_resumes_from_the_records(tuned, tmp_path):
     model, cache, _, _ = tuned
     work = tmp_path / "cache"
     shutil.copytree(cache, work)
-    again = odla.tune(model, trials=2, cache_dir=work, progress=False)
-    assert (again.trials_run, again.trials_recorded, again.stopped_by) == (0, 2, "done")
-    more = odla.tune(model, trials=3, cache_dir=work, progress=False)
-    assert (more.trials_run, more.trials_recorded, more.stopped_by) == (1, 3, "trials")
+    again = odla.tune(model, trials=3, cache_dir=work, progress=False)
+    assert (again.trials_run, again.trials_recorded, again.stopped_by) == (0, 3, "done")
+    more = odla.tune(model, trials=4, cache_dir=work, progress=False)
+    assert (more.trials_run, more.trials_recorded, more.stopped_by) == (1, 4, "trials")
 
 
 def test_a_time_budget_ends_every_task_once_it_is_spent():
