@@ -94,7 +94,8 @@ def tune(args) -> None:
     if not isinstance(model, (str, Computation)):
         raise OdlaError(Status.INVALID_PARAM, f"MODEL {args.model!r} is a compiled executable; "
                         "tuning needs the computation (an ONNX file or package.module:function)")
-    report = tune_model(model, args.target, args.trials, args.minutes, args.cache_dir)
+    report = tune_model(model, args.target, args.trials, args.minutes, args.cache_dir,
+                        keep_best=args.keep_best)
     print(report.summary())
 
 
@@ -156,6 +157,9 @@ def main(argv=None) -> int:
     tune_parser.add_argument("--trials", type=int, help="candidates to measure for the model, "
                              "counting those earlier runs recorded")
     tune_parser.add_argument("--minutes", type=float, help="wall-clock limit of this run")
+    tune_parser.add_argument("--keep-best", type=int, metavar="N",
+                             help="afterwards keep only the N fastest records of each kernel in "
+                             "the database (to store or ship it)")
     tune_parser.add_argument("--cache-dir", help="where tuning databases live (default "
                              "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
     bench_parser = commands.add_parser(

@@ -67,15 +67,22 @@ def _model_label(model) -> str:
 
 
 def tune(model, target=None, trials: int | None = None, minutes: float | None = None,
-         cache_dir=None, progress: bool = True) -> targets.TuningReport:
+         cache_dir=None, progress: bool = True,
+         keep_best: int | None = None) -> targets.TuningReport:
     """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
     ``target`` (a Device, a target name, or None for this CPU) and returns what the run did.
 
     ``trials``: candidates measured for the model's kernels, counting those earlier runs
     recorded (so an interrupted run given the same budget resumes where it stopped);
     ``minutes``: a wall-clock limit for this run. Progress shows on a tqdm bar unless
-    ``progress`` is False."""
+    ``progress`` is False. ``keep_best``: afterwards, keep only that many of the fastest
+    records of each kernel in the target's database (to store or ship it: compiles use only
+    the fastest; later runs still count the removed trials)."""
     _budget(trials, minutes)
+    if keep_best is not None and (isinstance(keep_best, bool) or not isinstance(keep_best, int)
+                                  or keep_best < 1):
+        raise OdlaError(Status.INVALID_PARAM,
+                        f"keep_best is {keep_best!r}; expected an integer >= 1 or None")
     spec = target_spec(target)
     if isinstance(model, Computation):
         comp, imported = _computation(model), None
@@ -87,7 +94,7 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
         mod = comp.build_module()
         return targets.tune(mod, spec, trials=trials, minutes=minutes,
                             cache_dir=cache_dir_of(comp, cache_dir), label=_model_label(model),
-                            progress=progress)
+                            progress=progress, keep_best=keep_best)
     except targets.TuningUnavailable as err:
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err)) from None
     except OSError as err:

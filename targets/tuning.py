@@ -54,13 +54,16 @@ class TuningReport:
     seconds: float
     estimated_latency_s: float | None  # sum over kernels of calls x best measured time
     stopped_by: str  # "trials", "minutes", or "done" (the trial budget was already spent)
+    records_removed: int = 0  # by keep_best, afterwards
 
     def summary(self) -> str:
         latency = ("no kernel measured yet" if self.estimated_latency_s is None
                    else f"best kernels add up to {self.estimated_latency_s * 1e3:.3f} ms")
+        removed = (f"; {self.records_removed} slower records removed" if self.records_removed
+                   else "")
         return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
                 f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
-                f"{self.stopped_by}); {latency}; database {self.directory}")
+                f"{self.stopped_by}); {latency}; database {self.directory}{removed}")
 
 
 class TuningDatabase:
@@ -142,24 +145,58 @@ class TuningDatabase:
         tmp.replace(self.directory / _TARGET_FILE)
 
     def measurements(self) -> dict[str, tuple[int, float | None]]:
-        """Per workload (MetaSchedule's structural hash): trials recorded and the best run
-        time in seconds (None when every trial failed). Read from the tables directly:
-        loading them into TVM parses every trace."""
+        """Per workload (MetaSchedule's structural hash): trials recorded (those keep_best
+        removed included) and the best run time in seconds (None when every trial failed).
+        Read from the tables directly: loading them into TVM parses every trace."""
         try:
-            with open(self.directory / _WORKLOADS) as f:
-                hashes = [json.loads(line)[0] for line in f if line.strip()]
-            with open(self.directory / _RECORDS) as f:
-                records = [json.loads(line) for line in f if line.strip()]
+            hashes, lines = self._tables()
         except OSError:
             return {}
-        found: dict[str, tuple[int, float | None]] = {}
-        for workload, (_trace, run_secs, *_rest) in records:
+        found: dict[str, tuple[int, float | None]] = {
+            h: (count, None) for h, count in self.metadata().get("removed", {}).items()}
+        for line in lines:
+            workload, (_trace, run_secs, *_rest) = json.loads(line)
             count, best = found.get(hashes[workload], (0, None))
-            seconds = sum(run_secs) / len(run_secs) if run_secs else FAILED_RUN_S
+            seconds = _run_seconds(run_secs)
             if seconds < FAILED_RUN_S and (best is None or seconds < best):
                 best = seconds
             found[hashes[workload]] = (count + 1, best)
         return found
+
+    def keep_best(self, count: int) -> int:
+        """Keeps the ``count`` fastest records of each kernel and removes the rest (compiles
+        apply only the fastest; the rest were the search's path to it). Trials recorded still
+        count what was removed. Returns how many records went."""
+        hashes, lines = self._tables()
+        by_workload: dict[int, list[tuple[float, str]]] = {}
+        for line in lines:
+            workload, (_trace, run_secs, *_rest) = json.loads(line)
+            by_workload.setdefault(workload, []).append((_run_seconds(run_secs), line))
+        kept, removed = [], self.metadata().get("removed", {})
+        for workload, records in by_workload.items():
+            records.sort(key=lambda r: r[0])
+            kept += [line for _seconds, line in records[:count]]
+            if len(records) > count:
+                removed[hashes[workload]] = removed.get(hashes[workload], 0) + len(records) - count
+        tmp = self.directory / f".{_RECORDS}.tmp"
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.directory / _RECORDS)
+        meta = self.metadata()
+        meta["removed"] = removed
+        self._write_metadata(meta)
+        return len(lines) - len(kept)
+
+    def _tables(self) -> tuple[list[str], list[str]]:
+        """The workloads' hashes, in the order records refer to them, and the record lines."""
+        with open(self.directory / _WORKLOADS) as f:
+            hashes = [json.loads(line)[0] for line in f if line.strip()]
+        with open(self.directory / _RECORDS) as f:
+            lines = [line.rstrip("\n") for line in f if line.strip()]
+        return hashes, lines
+
+
+def _run_seconds(run_secs: list) -> float:
+    return sum(run_secs) / len(run_secs) if run_secs else FAILED_RUN_S
 
 
 _warned: set[tuple[str, str]] = set()
@@ -212,12 +249,20 @@ def _task_hash(task) -> str:
 
 def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
          minutes: float | None = None, cache_dir=None, label: str = "model",
-         progress: bool = True) -> TuningReport:
+         progress: bool = True, keep_best: int | None = None) -> TuningReport:
     """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine,
     and adds the records to the target's database. ``trials``: candidates measured for the
     model's kernels in all runs together (what earlier runs recorded counts); ``minutes``: the
     wall-clock limit of this run, checked after each batch. ``label`` names the model in the
-    database's run log."""
+    database's run log. ``keep_best``: afterwards, keep only that many of the fastest records
+    of each kernel in the database (TuningDatabase.keep_best)."""
+    report = _tune(mod, spec, trials, minutes, cache_dir, label, progress)
+    if keep_best is not None:
+        report.records_removed = TuningDatabase(spec, cache_dir).keep_best(keep_best)
+    return report
+
+
+def _tune(mod, spec, trials, minutes, cache_dir, label, progress) -> TuningReport:
     from tvm.s_tir import meta_schedule as ms
 
     if not spec.runs_here():

@@ -145,6 +145,26 @@ def test_a_rerun_resumes_from_the_records(tuned, tmp_path):
     assert (more.trials_run, more.trials_recorded, more.stopped_by) == (1, 4, "trials")
 
 
+def test_keep_best_keeps_each_kernels_fastest_records_and_the_trial_counts(tuned, tmp_path):
+    model, cache, _, _ = tuned
+    work = tmp_path / "cache"
+    shutil.copytree(cache, work)
+    database = targets.TuningDatabase(targets.host_cpu(), work)
+    more = odla.tune(model, trials=6, cache_dir=work, progress=False)
+    assert more.trials_run == 3 and more.records_removed == 0
+    before = database.measurements()
+    assert sorted(count for count, _ in before.values()) == [2, 2, 2]
+    again = odla.tune(model, trials=6, cache_dir=work, progress=False, keep_best=1)
+    assert again.trials_run == 0 and again.records_removed == 3
+    assert "3 slower records removed" in again.summary()
+    records = (database.directory / "database_tuning_record.json").read_text().splitlines()
+    assert len(records) == 3
+    # The fastest record of each kernel stays, and the trials removed still count.
+    assert database.measurements() == before
+    assert odla.tune(model, trials=6, cache_dir=work, progress=False).stopped_by == "done"
+    assert compiled(model, work).module.tuned_kernels == TUNED
+
+
 def test_a_time_budget_ends_every_task_once_it_is_spent():
     class Task:
         weight = 2
@@ -182,6 +202,10 @@ def test_tune_refuses_bad_input(tmp_path):
          "unknown target 'sparc'"),
         ({"trials": 2, "target": 3}, Status.INVALID_PARAM, "target is a int"),
         ({"trials": 2, "cache_dir": 3}, Status.INVALID_PARAM, "cache directory is a int"),
+        ({"trials": 2, "keep_best": 0}, Status.INVALID_PARAM,
+         "keep_best is 0; expected an integer >= 1 or None"),
+        ({"trials": 2, "keep_best": True}, Status.INVALID_PARAM, "keep_best is True"),
+        ({"trials": 2, "keep_best": "1"}, Status.INVALID_PARAM, "keep_best is '1'"),
     ]
     for kwargs, status, fragment in bad:
         with pytest.raises(odla.OdlaError) as err:
@@ -210,6 +234,8 @@ def test_cli_tune_and_bench_report_bad_input(tmp_path, capsys):
     assert "no tuning budget" in capsys.readouterr().err
     assert cli(["tune", model, "--trials", "2", "--target", "sparc"]) == 1
     assert "unknown target 'sparc'" in capsys.readouterr().err
+    assert cli(["tune", model, "--trials", "2", "--keep-best", "0"]) == 1
+    assert "keep_best is 0" in capsys.readouterr().err
     assert cli(["bench", "--models", "lenet"]) == 1
     assert "['lenet'] are not light models" in capsys.readouterr().err
 
