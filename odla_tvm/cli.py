@@ -112,7 +112,7 @@ def bench(args) -> None:
         on_result=lambda result: print(result.summary(), flush=True))
     overhead = benchmark.call_overhead()
     text = benchmark.report(results, overhead, args.threads, time.monotonic() - started,
-                            (load, os.getloadavg()[0]))
+                            (load, os.getloadavg()[0]), args.cache_dir)
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:

@@ -255,7 +255,8 @@ def test_overhead_and_report():
     assert all(us > 0 for us in overhead.values())
     rows = [ModelTimes("resnet50", 2.0, 0.5, 0.1, 40, 60, 300, 4.0, 5, True, onednn_s=0.11),
             ModelTimes("vgg19", error="RuntimeError: out of memory")]
-    text = report(rows, overhead, 2, 60, (1.5, 2.5))
+    text = report(rows, overhead, 2, 60, (1.5, 2.5), "docs/perf-cache")
+    assert "host-cpu tuning database in `docs/perf-cache`" in text
     assert ("| resnet50 | 2000.0 | 500.0 | 110.0 | 100.0 | 20.00x | 5.00x | 1.10x | 40 of 60 | "
             "300 trials, 4.0 min" in text)
     assert "| vgg19 | failed: RuntimeError: out of memory" in text
