@@ -33,7 +33,7 @@ from .device import _cpu_model, allocate_device
 from .executable import compile_computation, launch_executable
 from .ops.math import add
 from .session import Session
-from .types import DeviceName, ElementType, ItemType, OdlaError, Status, ValueType
+from .types import DeviceName, ElementType, ItemType, OdlaError, Status, ValueType, check_count
 from .version import __version__
 
 # Tuned ODLA-TVM is to reach onnxruntime's latency on these (docs/perf.md says how far it is).
@@ -201,10 +201,8 @@ def bench_light_models(names=LIGHT_MODELS, threads: int = 2, runs: int = 5, cach
     if unknown:
         raise OdlaError(Status.INVALID_PARAM,
                         f"models {unknown} are not light models; choose from {list(LIGHT_MODELS)}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise OdlaError(Status.INVALID_PARAM, f"threads is {threads!r}; expected an integer >= 1")
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 3:
-        raise OdlaError(Status.INVALID_PARAM, f"runs is {runs!r}; expected an integer >= 3")
+    check_count(threads, 1, "threads")
+    check_count(runs, 3, "runs")
     cases = {c.name.removeprefix("test_"): c for c in light_cases()}
     results = []
     for name in names:

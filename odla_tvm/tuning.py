@@ -15,7 +15,7 @@ import targets
 
 from .computation import Computation, _computation, destroy_computation
 from .device import Device, checked_device
-from .types import ItemType, OdlaError, Status
+from .types import ItemType, OdlaError, Status, check_count
 
 
 def cache_dir_of(computation: Computation, cache_dir=None):
@@ -48,9 +48,8 @@ def target_spec(target) -> targets.TargetSpec:
 def _budget(trials, minutes) -> None:
     if trials is None and minutes is None:
         raise OdlaError(Status.INVALID_PARAM, "no tuning budget; give trials, minutes or both")
-    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
-                               or trials < 1):
-        raise OdlaError(Status.INVALID_PARAM, f"trials is {trials!r}; expected an integer >= 1")
+    if trials is not None:
+        check_count(trials, 1, "trials")
     if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, Real)
                                 or not minutes > 0):
         raise OdlaError(Status.INVALID_PARAM, f"minutes is {minutes!r}; expected a number > 0")
@@ -79,10 +78,8 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     records of each kernel in the target's database (to store or ship it: compiles use only
     the fastest; later runs still count the removed trials)."""
     _budget(trials, minutes)
-    if keep_best is not None and (isinstance(keep_best, bool) or not isinstance(keep_best, int)
-                                  or keep_best < 1):
-        raise OdlaError(Status.INVALID_PARAM,
-                        f"keep_best is {keep_best!r}; expected an integer >= 1 or None")
+    if keep_best is not None:
+        check_count(keep_best, 1, "keep_best")
     spec = target_spec(target)
     if isinstance(model, Computation):
         comp, imported = _computation(model), None

@@ -405,6 +405,14 @@ def checked(obj, cls, what: str, expected: str):
     return obj
 
 
+def check_count(value, minimum: int, what: str) -> None:
+    """An INVALID_PARAM error unless ``value`` is an integer (not a bool) of at least
+    ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OdlaError(Status.INVALID_PARAM,
+                        f"{what} is {value!r}; expected an integer >= {minimum}")
+
+
 def odla_enum(enum_cls, value, what: str, status: Status = Status.INVALID_PARAM):
     """``value`` as a member of ODLA enum ``enum_cls``; else an error listing the range."""
     try:

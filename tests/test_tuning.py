@@ -203,7 +203,7 @@ def test_tune_refuses_bad_input(tmp_path):
         ({"trials": 2, "target": 3}, Status.INVALID_PARAM, "target is a int"),
         ({"trials": 2, "cache_dir": 3}, Status.INVALID_PARAM, "cache directory is a int"),
         ({"trials": 2, "keep_best": 0}, Status.INVALID_PARAM,
-         "keep_best is 0; expected an integer >= 1 or None"),
+         "keep_best is 0; expected an integer >= 1"),
         ({"trials": 2, "keep_best": True}, Status.INVALID_PARAM, "keep_best is True"),
         ({"trials": 2, "keep_best": "1"}, Status.INVALID_PARAM, "keep_best is '1'"),
     ]
