@@ -11,6 +11,7 @@ outputs do not depend on their inputs; that does not change their speed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import statistics
@@ -75,10 +76,43 @@ def median_latency(run, warmup: int = 1, runs: int = 5, budget_s: float = 30.0):
         run()
     times: list[float] = []
     while len(times) < runs and (len(times) < 3 or sum(times) < budget_s):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
+        times.append(_timed(run))
     return statistics.median(times), len(times)
+
+
+def _timed(run) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def latency_in_turns(paths: dict, runs: int = 5, seconds: float = 3.0, turn_s: float = 0.25,
+                     settle_s: float = 0.1, budget_s: float = 90.0) -> dict[str, tuple[float, int]]:
+    """Per path (name -> a call): (median seconds, timed runs). The paths take turns, each
+    running for about ``turn_s`` at a time, until each has at least ``runs`` timed runs that
+    add up to ``seconds`` (or, once each has 3, when ``budget_s`` is spent). Turns spread the
+    machine's drift over every path alike, where timing one path after another gave one path
+    a quiet minute and the next a busy one. Each turn starts with ``settle_s`` idle and runs
+    for a fifth of a turn untimed: the last path's thread pool spins on the cores after its
+    run, and measured here the next path's runs took up to 10 times as long for ~50 ms."""
+    first = {name: max(_timed(run), 1e-6) for name, run in paths.items()}  # also a warm-up
+    untimed = {name: math.ceil(turn_s / 5 / t) for name, t in first.items()}
+    timed = {name: math.ceil(turn_s / t) for name, t in first.items()}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    started = time.perf_counter()
+
+    def wanted(name: str) -> bool:
+        return len(times[name]) < runs or sum(times[name]) < seconds
+
+    while any(wanted(name) for name in paths) and (
+            min(len(t) for t in times.values()) < 3 or time.perf_counter() - started < budget_s):
+        for name, run in paths.items():
+            if wanted(name):
+                time.sleep(settle_s)
+                for _ in range(untimed[name]):
+                    run()
+                times[name] += [_timed(run) for _ in range(timed[name])]
+    return {name: (statistics.median(t), len(t)) for name, t in times.items()}
 
 
 def per_call_us(call, calls: int = 20000, repeats: int = 7) -> float:
@@ -149,7 +183,8 @@ def _onednn_device():
 
 
 def bench_model(case, threads: int, runs: int, cache_dir=None) -> ModelTimes:
-    """Times one light model (an onnx_conformance Case) on every path."""
+    """Times one light model (an onnx_conformance Case) on every path: the untuned build
+    alone (it is slow), then onnxruntime, oneDNN and the tuned build in turns."""
     name = case.name.removeprefix("test_")
     result = ModelTimes(name)
     initializers = {t.name for t in case.model.graph.initializer}
@@ -157,34 +192,32 @@ def bench_model(case, threads: int, runs: int, cache_dir=None) -> ModelTimes:
     feeds = dict(zip(names, case.inputs, strict=True))
     ort_session = _onnxruntime(case.model.SerializeToString(), threads)
     expected = ort_session.run(None, feeds)
-    result.onnxruntime_s, result.runs = median_latency(lambda: ort_session.run(None, feeds),
-                                                       runs=runs)
     with tempfile.TemporaryDirectory() as no_records:
         untuned = _session(case.model, no_records)
-    outputs = untuned.run(feeds)
-    result.untuned_s, timed = median_latency(lambda: untuned.run(feeds), runs=runs)
-    result.runs = min(result.runs, timed)
+    outputs = {"untuned": untuned.run(feeds)}
+    result.untuned_s, result.runs = median_latency(lambda: untuned.run(feeds), runs=runs)
+    paths = {"onnxruntime": lambda: ort_session.run(None, feeds)}
     onednn_device = _onednn_device()
     if onednn_device is not None:
         with tempfile.TemporaryDirectory() as no_records:
             onednn = _session(case.model, no_records, onednn_device)
-        onednn_outputs = onednn.run(feeds)
-        result.onednn_s, timed = median_latency(lambda: onednn.run(feeds), runs=runs)
-        result.runs = min(result.runs, timed)
+        outputs["onednn"] = onednn.run(feeds)
+        paths["onednn"] = lambda: onednn.run(feeds)
     tuning_dir = cache_dir if cache_dir is not None else default_cache_dir()
     tuned = _session(case.model, tuning_dir)
     result.tuned_kernels = len(tuned.executable.module.tuned_kernels)
     if result.tuned_kernels:
         result.kernels = len(tuned.executable.module.kernel_bindings)
-        outputs = tuned.run(feeds)
-        result.tuned_s, timed = median_latency(lambda: tuned.run(feeds), runs=runs)
-        result.runs = min(result.runs, timed)
+        outputs["tuned"] = tuned.run(feeds)
+        paths["tuned"] = lambda: tuned.run(feeds)
+    latency = latency_in_turns(paths, runs)
+    result.onnxruntime_s = latency["onnxruntime"][0]
+    result.onednn_s = latency.get("onednn", (None,))[0]
+    result.tuned_s = latency.get("tuned", (None,))[0]
+    result.runs = min([result.runs] + [timed for _, timed in latency.values()])
     result.outputs_match = all(np.allclose(o, e, rtol=MATCH_RTOL, atol=MATCH_ATOL)
-                               for o, e in zip(outputs, expected, strict=True))
-    if result.onednn_s is not None:
-        result.outputs_match = result.outputs_match and all(
-            np.allclose(o, e, rtol=MATCH_RTOL, atol=MATCH_ATOL)
-            for o, e in zip(onednn_outputs, expected, strict=True))
+                               for path in outputs.values()
+                               for o, e in zip(path, expected, strict=True))
     log = targets.TuningDatabase(targets.host_cpu(), tuning_dir).metadata().get("runs", [])
     spent = [run for run in log if run.get("label") == f"light_{name}"]
     result.tuning_trials = sum(run["trials"] for run in spent)
@@ -245,8 +278,12 @@ def report(results: list[ModelTimes], overhead: dict[str, float], threads: int,
         "",
         (f"Batch 1, {threads} threads for both (TVM_NUM_THREADS, onnxruntime's "
          "intra_op_num_threads), the same inputs; each figure is the median of the timed runs "
-         "after one warm-up run (*runs*: 5, or at least 3 for a path whose runs took 30 s "
-         "together). *Untuned*: ODLA-TVM compiled with no tuning records (TVM's "
+         "after a warm-up run. Untuned runs are timed alone: 5, or at least 3 once they take "
+         "30 s together. Onnxruntime, oneDNN and tuned runs are timed in turns of about "
+         "0.25 s each (each turn after 0.1 s idle and 0.05 s of untimed runs, as the last "
+         "path's threads still spin), until each path has at least 5 runs and "
+         "3 s of them, so drift in the machine's load reaches each alike; *runs*: the fewest "
+         "timed runs of any path. *Untuned*: ODLA-TVM compiled with no tuning records (TVM's "
          "generic build, one unscheduled kernel per op). *Tuned*: compiled with the host-cpu "
          f"tuning database in {records} "
          "(`odla-tvm tune`), for models tuned into it: convolutions in NHWC, "

@@ -19,7 +19,13 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 import targets
 from odla_tvm import Status
-from odla_tvm.benchmark import ModelTimes, bench_light_models, call_overhead, report
+from odla_tvm.benchmark import (
+    ModelTimes,
+    bench_light_models,
+    call_overhead,
+    latency_in_turns,
+    report,
+)
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
 from targets.tuning import _Progress
@@ -263,3 +269,13 @@ def test_overhead_and_report():
     assert "Not met for resnet50" in text and "over the bare VM call" in text
     assert "resnet50 through oneDNN, untuned, at most 1.2x onnxruntime: met (1.10x)" in text
     assert "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
+
+
+def test_latency_in_turns_alternates_paths_and_skips_each_turns_first_run():
+    calls = []
+    paths = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    latency = latency_in_turns(paths, runs=4, seconds=0.0, turn_s=1e-9, settle_s=0.0)
+    # One warm-up call each, then turns of an untimed and a timed run until 4 are timed.
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 4
+    assert {name: timed for name, (_, timed) in latency.items()} == {"a": 4, "b": 4}
+    assert all(seconds > 0 for seconds, _ in latency.values())
