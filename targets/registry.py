@@ -35,9 +35,11 @@ class TargetSpec:
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags the generated code needs
     plugins: tuple[str, ...] = ()  # vendor plugins (targets.plugins) that take their patterns first
     # Tuned builds only (see targets.layouts): op -> operand layouts its kernels use, and whether
-    # a tuned kernel may lay out its constant weights as its schedule reads them (at compile time).
+    # a tuned kernel may lay out its constant weights as its schedule reads them (at compile time),
+    # and whether convolutions are rewritten for vector units (targets.conv_rewrites).
     layouts: dict = field(default_factory=dict)
     prepack_weights: bool = False
+    conv_rewrites: bool = False
 
     def __post_init__(self):
         unknown = [s for s in self.schedules if s not in SCHEDULE_SOURCES]
@@ -108,7 +110,7 @@ def host_cpu() -> TargetSpec:
         target={"kind": "llvm", "mcpu": mcpu, "num-cores": cores},
         device_kind="cpu",
         description=f"this machine's CPU (LLVM mcpu {mcpu}, {cores} cores)",
-        layouts=CPU_LAYOUTS, prepack_weights=True,
+        layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
     )
 
 
@@ -135,7 +137,7 @@ AARCH64_LINUX = TargetSpec(
     device_kind="cpu",
     description="64-bit Arm Linux (Raspberry Pi 4 / Jetson class, Cortex-A72 baseline)",
     arch="aarch64",
-    layouts=CPU_LAYOUTS, prepack_weights=True,
+    layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
     cross_compiler="aarch64-linux-gnu-g++",
     debian_packages=("g++-aarch64-linux-gnu", "qemu-user-static"),
 )
@@ -152,7 +154,7 @@ X86_64_AVX2 = TargetSpec(
     cross_compiler=None if platform.machine() == "x86_64" else "x86_64-linux-gnu-g++",
     debian_packages=() if platform.machine() == "x86_64" else ("g++-x86-64-linux-gnu",),
     cpu_flags=("avx2", "fma"),
-    layouts=CPU_LAYOUTS, prepack_weights=True,
+    layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
 )
 
 CUDA_SM90 = TargetSpec(

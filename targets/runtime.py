@@ -15,6 +15,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import plugins as vendor_plugins
+from .conv_rewrites import conv_rewrites
 from .layouts import layout_passes
 from .registry import TargetSpec, cpu_count
 
@@ -395,9 +396,10 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm
     theirs), exactly as compile_module does before it applies tuning records (so a tuned
     workload matches at compile time)."""
     target = spec.tvm_target()
+    rewrites = conv_rewrites(target) if spec.conv_rewrites else []
     with target:
         return tvm.transform.Sequential(
-            layout_passes(spec.layouts) + relax.pipeline.library_dispatch_passes(target)
+            layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)
             + _kernel_passes(spec))(_partitioned(mod, spec, plugin_items))
 
 

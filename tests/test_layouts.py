@@ -13,6 +13,7 @@ from tvm import relax
 
 import targets
 from odla_tvm.frontends.onnx import import_model
+from targets.conv_rewrites import conv_rewrites
 from targets.layouts import CPU_LAYOUTS, layout_passes
 from targets.runtime import _lowering, fused_kernels
 
@@ -114,3 +115,85 @@ def test_gpu_kernels_keep_the_models_layout(fire_module):
     assert spec.layouts == {} and not spec.prepack_weights
     kernels = fused_kernels(import_model(fire_module).build_module(), spec)
     assert len(transposed_values(kernels)) == 0
+
+
+@pytest.fixture(scope="module")
+def concat_then_conv():
+    """A fire module's expand convs, concatenated three times: once read only by a 1x1 conv of
+    60 channels (a classifier's odd width), once also by the model's output, once by a max
+    pool before a conv."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["e1"]),
+        helper.make_node("Conv", ["x", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["e3"], ["r3"]),
+        helper.make_node("Concat", ["e1", "r3"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "wc", "bc"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+        helper.make_node("Concat", ["e1", "e3"], ["kept"], axis=1),
+        helper.make_node("Conv", ["kept", "wk"], ["k"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["e1", "e3"], ["cat2"], axis=1),
+        helper.make_node("MaxPool", ["cat2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "wp"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "concat_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8, 6, 6))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 60, 6, 6)),
+         helper.make_tensor_value_info("kept", TensorProto.FLOAT, (1, 24, 6, 6)),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, (1, 16, 6, 6)),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, (1, 16, 3, 3))],
+        [init("w1", 8, 8, 1, 1), init("b1", 8), init("w3", 16, 8, 3, 3), init("b3", 16),
+         init("wc", 60, 24, 1, 1), init("bc", 60), init("wk", 16, 24, 3, 3),
+         init("wp", 16, 24, 1, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 10)
+    onnx.checker.check_model(model)
+    return model
+
+
+def calls_of(mod, op_name):
+    calls = []
+    relax.analysis.post_order_visit(mod["main"].body, lambda e: calls.append(e) if (
+        isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == op_name)
+        else None)
+    return calls
+
+
+def test_convolutions_of_a_concatenation_are_split_and_odd_channels_padded(concat_then_conv):
+    mod = import_model(concat_then_conv).build_module()
+    spec = targets.host_cpu()
+    with spec.tvm_target():
+        laid_out = tvm.transform.Sequential(layout_passes(spec.layouts))(mod)
+        rewritten = tvm.transform.Sequential(conv_rewrites(spec.tvm_target()))(laid_out)
+    # The concatenation read only by the 1x1 conv is gone: that conv is one per part. So is
+    # the pooled one: each part is pooled, and the conv after the pool split. The one the
+    # model returns stays, and its conv reads it whole.
+    assert len(calls_of(laid_out, "relax.concat")) == 3
+    kept = [c for c in calls_of(rewritten, "relax.concat")
+            if not isinstance(c.args[0].fields[-1], tvm.ir.expr.Constant)]
+    assert len(kept) == 1
+    assert len(calls_of(rewritten, "relax.nn.max_pool2d")) == 2
+    convs = calls_of(rewritten, "relax.nn.conv2d")
+    assert len(convs) == len(calls_of(laid_out, "relax.nn.conv2d")) + 2
+    # 60 output channels become 64 (whole AVX-512 vectors) for each part, sliced back to 60.
+    lanes = tvm.target.codegen.llvm_get_vector_width(spec.tvm_target()) // 32
+    widths = sorted(int(c.ty.shape.values[3]) for c in convs)
+    assert widths.count(-(-60 // lanes) * lanes) == (2 if 60 % lanes else 0)
+    assert [int(d) for d in rewritten["main"].ret_ty.fields[0].shape.values] == [1, 60, 6, 6]
+
+
+def test_rewritten_kernels_compute_what_onnxruntime_does(concat_then_conv):
+    spec = targets.host_cpu()
+    assert spec.conv_rewrites
+    kernels = fused_kernels(import_model(concat_then_conv).build_module(), spec)
+    with spec.tvm_target():
+        library = tvm.compile(kernels, target=spec.tvm_target(), relax_pipeline=_lowering(spec))
+    vm = relax.VirtualMachine(library, tvm.cpu())
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    got = [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
+    session = ort.InferenceSession(concat_then_conv.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    assert not targets.get_target("cuda").conv_rewrites
