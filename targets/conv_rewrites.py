@@ -2,7 +2,8 @@
 (targets.layouts) and before their kernels are fused; each keeps the graph's results exact.
 
 - split_concat_convs: a convolution of a channel concatenation becomes a sum of convolutions of
-  its parts, when nothing else reads the concatenation. The concatenation was a kernel of its own
+  its parts, when nothing else reads the concatenation and the result is the smaller (as a
+  squeezenet fire module's squeeze convolution is). The concatenation was a kernel of its own
   that wrote every activation once more (squeezenet's fire modules: 7% of its run), and the
   sum fuses into the last part's convolution.
 - pool_concat_parts: a pool of a channel concatenation becomes a concatenation of the parts'
@@ -98,9 +99,14 @@ def _concats_read_only_by(func: relax.Function, reader) -> set:
 
 def _conv_of_concat(call, var, lookup) -> bool:
     """A convolution with constant weights reading ``var`` (a concatenation) as its data,
-    concatenated along its channel axis."""
-    return (_conv_with_constant_weight(call, lookup) and call.args[0].same_as(var)
-            and call.attrs.data_layout.index("C") == lookup(var).attrs.axis)
+    concatenated along its channel axis, whose result is smaller than the concatenation: each
+    part but the first reads the sum so far and writes it again, which costs more than the
+    concatenation where the result is larger (squeezenet's classifier: 1000 channels of 512)."""
+    if not (_conv_with_constant_weight(call, lookup) and call.args[0].same_as(var)
+            and call.attrs.data_layout.index("C") == lookup(var).attrs.axis):
+        return False
+    extra_parts = len(lookup(var).args[0].fields) - 1
+    return np.prod(_static_dims(call)) * extra_parts < np.prod(_static_dims(var))
 
 
 _POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")

@@ -119,9 +119,9 @@ def test_gpu_kernels_keep_the_models_layout(fire_module):
 
 @pytest.fixture(scope="module")
 def concat_then_conv():
-    """A fire module's expand convs, concatenated three times: once read only by a 1x1 conv of
-    60 channels (a classifier's odd width), once also by the model's output, once by a max
-    pool before a conv."""
+    """A fire module's expand convs, concatenated three times: once read only by a squeeze conv
+    (1x1, fewer channels), once also by the model's output and a conv of 60 channels (a
+    classifier's odd width), once by a max pool before a squeeze conv."""
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["e1"]),
         helper.make_node("Conv", ["x", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1]),
@@ -137,12 +137,12 @@ def concat_then_conv():
     ]
     graph = helper.make_graph(
         nodes, "concat_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8, 6, 6))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 60, 6, 6)),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 6, 6)),
          helper.make_tensor_value_info("kept", TensorProto.FLOAT, (1, 24, 6, 6)),
-         helper.make_tensor_value_info("k", TensorProto.FLOAT, (1, 16, 6, 6)),
+         helper.make_tensor_value_info("k", TensorProto.FLOAT, (1, 60, 6, 6)),
          helper.make_tensor_value_info("z", TensorProto.FLOAT, (1, 16, 3, 3))],
         [init("w1", 8, 8, 1, 1), init("b1", 8), init("w3", 16, 8, 3, 3), init("b3", 16),
-         init("wc", 60, 24, 1, 1), init("bc", 60), init("wk", 16, 24, 3, 3),
+         init("wc", 8, 24, 1, 1), init("bc", 8), init("wk", 60, 24, 3, 3),
          init("wp", 16, 24, 1, 1)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = min(model.ir_version, 10)
@@ -164,8 +164,8 @@ def test_convolutions_of_a_concatenation_are_split_and_odd_channels_padded(conca
     with spec.tvm_target():
         laid_out = tvm.transform.Sequential(layout_passes(spec.layouts))(mod)
         rewritten = tvm.transform.Sequential(conv_rewrites(spec.tvm_target()))(laid_out)
-    # The concatenation read only by the 1x1 conv is gone: that conv is one per part. So is
-    # the pooled one: each part is pooled, and the conv after the pool split. The one the
+    # The concatenation read only by the squeeze conv is gone: that conv is one per part. So
+    # is the pooled one: each part is pooled, and the conv after the pool split. The one the
     # model returns stays, and its conv reads it whole.
     assert len(calls_of(laid_out, "relax.concat")) == 3
     kept = [c for c in calls_of(rewritten, "relax.concat")
@@ -174,11 +174,29 @@ def test_convolutions_of_a_concatenation_are_split_and_odd_channels_padded(conca
     assert len(calls_of(rewritten, "relax.nn.max_pool2d")) == 2
     convs = calls_of(rewritten, "relax.nn.conv2d")
     assert len(convs) == len(calls_of(laid_out, "relax.nn.conv2d")) + 2
-    # 60 output channels become 64 (whole AVX-512 vectors) for each part, sliced back to 60.
+    # 60 output channels become 64 (whole AVX-512 vectors), sliced back to 60.
     lanes = tvm.target.codegen.llvm_get_vector_width(spec.tvm_target()) // 32
     widths = sorted(int(c.ty.shape.values[3]) for c in convs)
-    assert widths.count(-(-60 // lanes) * lanes) == (2 if 60 % lanes else 0)
-    assert [int(d) for d in rewritten["main"].ret_ty.fields[0].shape.values] == [1, 60, 6, 6]
+    assert widths.count(-(-60 // lanes) * lanes) == (1 if 60 % lanes else 0)
+    assert [int(d) for d in rewritten["main"].ret_ty.fields[2].shape.values] == [1, 60, 6, 6]
+
+
+def test_a_convolution_larger_than_its_concatenation_reads_it_whole():
+    # squeezenet's classifier: 1000 channels from a concatenation of 512; summing parts would
+    # read and write 1000 channels once more per part.
+    graph = onnx.helper.make_graph(
+        [helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+         helper.make_node("Conv", ["cat", "w"], ["y"])], "wide",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, (1, 4, 5, 5)) for n in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 32, 5, 5))],
+        [init("w", 32, 8, 1, 1)])
+    mod = import_model(helper.make_model(graph)).build_module()
+    spec = targets.host_cpu()
+    with spec.tvm_target():
+        rewritten = tvm.transform.Sequential(
+            layout_passes(spec.layouts) + conv_rewrites(spec.tvm_target()))(mod)
+    assert len(calls_of(rewritten, "relax.concat")) == 1
+    assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
 
 
 def test_rewritten_kernels_compute_what_onnxruntime_does(concat_then_conv):
