@@ -53,32 +53,6 @@ def _conv_with_constant_weight(call, lookup) -> bool:
             and _constant_derived(call.args[1], lookup) and _static_dims(call.args[1]) is not None)
 
 
-@relax.expr_functor.mutator
-class _SplitConcatConvs(relax.expr_functor.PyExprMutator):
-    def __init__(self, mod, splittable: set):
-        super().__init__(mod)
-        self.splittable = splittable  # see _conv_of_concat
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = self.visit_expr_post_order(call)
-        if _op_name(call) != _CONV2D or not call.args[0] in self.splittable:
-            return call
-        parts = self.lookup_binding(call.args[0]).args[0].fields
-        in_axis = call.attrs.kernel_layout.index("I")
-        total, offset = None, 0
-        for index, part in enumerate(parts):
-            channels = _static_dims(part)[call.attrs.data_layout.index("C")]
-            weight = self.builder_.emit(relax.op.strided_slice(
-                call.args[1], axes=[in_axis], begin=[offset], end=[offset + channels]))
-            offset += channels
-            conv = self.builder_.emit(relax.Call(call.op, [part, weight], call.attrs))
-            # Each part's convolution adds the sum so far: FuseOps puts that add in its kernel.
-            total = conv if total is None else relax.op.add(conv, total)
-            if 0 < index < len(parts) - 1:
-                total = self.builder_.emit(total)
-        return total
-
-
 def _concats_read_only_by(func: relax.Function, reader) -> set:
     """Concatenations (of static shapes) that only calls accepted by ``reader(call, var,
     lookup)`` read."""
@@ -118,18 +92,43 @@ def _pool_of_concat(call, var, lookup) -> bool:
 
 
 @relax.expr_functor.mutator
-class _PoolConcatParts(relax.expr_functor.PyExprMutator):
-    def __init__(self, mod, pooled: set):
+class _ConcatReaders(relax.expr_functor.PyExprMutator):
+    """Rewrites each call of ``ops`` whose data is one of ``concats`` as
+    ``rewrite(builder, call, parts)`` makes it from the concatenation's parts."""
+
+    def __init__(self, mod, ops: tuple, concats: set, rewrite):
         super().__init__(mod)
-        self.pooled = pooled  # see _pool_of_concat
+        self.ops, self.concats, self.rewrite = ops, concats, rewrite
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if _op_name(call) not in _POOLS or not call.args[0] in self.pooled:
+        if _op_name(call) not in self.ops or not call.args[0] in self.concats:
             return call
         parts = self.lookup_binding(call.args[0]).args[0].fields
-        pooled = [self.builder_.emit(relax.Call(call.op, [part], call.attrs)) for part in parts]
-        return relax.op.concat(pooled, axis=call.attrs.out_layout.index("C"))
+        return self.rewrite(self.builder_, call, parts)
+
+
+def _conv_per_part(builder, call: relax.Call, parts) -> relax.Expr:
+    """The sum of each part's convolution with its slice of the weights."""
+    in_axis = call.attrs.kernel_layout.index("I")
+    total, offset = None, 0
+    for index, part in enumerate(parts):
+        channels = _static_dims(part)[call.attrs.data_layout.index("C")]
+        weight = builder.emit(relax.op.strided_slice(
+            call.args[1], axes=[in_axis], begin=[offset], end=[offset + channels]))
+        offset += channels
+        conv = builder.emit(relax.Call(call.op, [part, weight], call.attrs))
+        # Each part's convolution adds the sum so far: FuseOps puts that add in its kernel.
+        total = conv if total is None else relax.op.add(conv, total)
+        if 0 < index < len(parts) - 1:
+            total = builder.emit(total)
+    return total
+
+
+def _pool_per_part(builder, call: relax.Call, parts) -> relax.Expr:
+    """The concatenation of each part's pool."""
+    pooled = [builder.emit(relax.Call(call.op, [part], call.attrs)) for part in parts]
+    return relax.op.concat(pooled, axis=call.attrs.out_layout.index("C"))
 
 
 @relax.expr_functor.mutator
@@ -171,14 +170,14 @@ def _each_function(mod: tvm.IRModule, make_mutator) -> tvm.IRModule:
 
 @tvm.transform.module_pass(opt_level=0, name="PoolConcatParts")
 def pool_concat_parts(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return _each_function(mod, lambda m, f: _PoolConcatParts(
-        m, _concats_read_only_by(f, _pool_of_concat)))
+    return _each_function(mod, lambda m, f: _ConcatReaders(
+        m, _POOLS, _concats_read_only_by(f, _pool_of_concat), _pool_per_part))
 
 
 @tvm.transform.module_pass(opt_level=0, name="SplitConcatConvs")
 def split_concat_convs(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return _each_function(mod, lambda m, f: _SplitConcatConvs(
-        m, _concats_read_only_by(f, _conv_of_concat)))
+    return _each_function(mod, lambda m, f: _ConcatReaders(
+        m, (_CONV2D,), _concats_read_only_by(f, _conv_of_concat), _conv_per_part))
 
 
 def pad_conv_channels(vector_bits: int) -> tvm.transform.Pass:
