@@ -28,7 +28,7 @@ from odla_tvm.benchmark import (
 )
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
-from targets.tuning import _Progress
+from targets.tuning import _OutOfTime, _Progress
 
 # The tuned model's kernels: the conv-relu, whose schedule reads its weights in its own layout
 # (made when compiling: "prepacked"), and the transposes into and out of NHWC.
@@ -171,28 +171,33 @@ def test_keep_best_keeps_each_kernels_fastest_records_and_the_trial_counts(tuned
     assert compiled(model, work).module.tuned_kernels == TUNED
 
 
-def test_a_time_budget_ends_every_task_once_it_is_spent():
+def test_a_time_budget_ends_the_run_after_recording_its_batch():
     class Task:
         weight = 2
         is_terminated = False
 
     class Scheduler:
-        def __init__(self):
-            self.tasks_ = [Task(), Task()]
-
-        def terminate_task(self, i):
-            self.tasks_[i].is_terminated = True
+        tasks_ = [Task(), Task()]
 
     class Result:
         error_msg, run_secs = None, [0.002, 0.004]
 
-    scheduler = Scheduler()
-    progress = _Progress(scheduler.tasks_, ["a", "b"], {"b": (5, 0.001)}, None,
+    progress = _Progress(Scheduler.tasks_, ["a", "b"], {"b": (5, 0.001)}, None,
                          time.monotonic() - 1, "tuning", False)
-    progress.update(scheduler, 0, [Result()])
-    assert progress.out_of_time and all(t.is_terminated for t in scheduler.tasks_)
+    with pytest.raises(_OutOfTime):
+        progress.update(Scheduler(), 0, [Result()])
+    assert progress.out_of_time
     assert progress.trials == 1 and progress.best == [0.003, 0.001]
     progress.close()
+
+
+def test_a_time_budget_stops_both_tuning_phases(tmp_path):
+    # One run whose minutes end in the first phase (every kernel in turn), one in the second
+    # (MetaSchedule's gradient scheduler, which fails if a task it returns was ended).
+    model = conv_relu_onnx(tmp_path / "m.onnx")
+    for minutes in (0.05, 0.3):
+        report = odla.tune(model, minutes=minutes, cache_dir=tmp_path, progress=False)
+        assert report.stopped_by == "minutes" and report.trials_run > 0
 
 
 def test_tune_refuses_bad_input(tmp_path):
