@@ -21,18 +21,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .layouts import op_name, rewrite_functions, static_dims
+
 _CONV2D = "relax.nn.conv2d"
-
-
-def _op_name(expr) -> str | None:
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
-def _static_dims(expr) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
-        return None
-    return [int(d) for d in shape.values]
 
 
 def _constant_derived(expr, lookup) -> bool:
@@ -44,13 +35,13 @@ def _constant_derived(expr, lookup) -> bool:
         return all(_constant_derived(field, lookup) for field in expr.fields)
     if isinstance(expr, relax.Var):
         bound = lookup(expr)
-        return _op_name(bound) is not None and all(_constant_derived(a, lookup) for a in bound.args)
+        return op_name(bound) is not None and all(_constant_derived(a, lookup) for a in bound.args)
     return not isinstance(expr, relax.Call)  # an op's integers, shapes and strings
 
 
 def _conv_with_constant_weight(call, lookup) -> bool:
-    return (_op_name(call) == _CONV2D and call.attrs.groups == 1
-            and _constant_derived(call.args[1], lookup) and _static_dims(call.args[1]) is not None)
+    return (op_name(call) == _CONV2D and call.attrs.groups == 1
+            and _constant_derived(call.args[1], lookup) and static_dims(call.args[1]) is not None)
 
 
 def _concats_read_only_by(func: relax.Function, reader) -> set:
@@ -63,9 +54,9 @@ def _concats_read_only_by(func: relax.Function, reader) -> set:
         values = {binding.var: binding.value for binding in block.bindings}
         for var, users in relax.analysis.udchain(block).items():
             value = values.get(var)
-            if (_op_name(value) == "relax.concat" and isinstance(var, relax.DataflowVar)
+            if (op_name(value) == "relax.concat" and isinstance(var, relax.DataflowVar)
                     and isinstance(value.args[0], relax.Tuple) and users
-                    and all(_static_dims(part) is not None for part in value.args[0].fields)
+                    and all(static_dims(part) is not None for part in value.args[0].fields)
                     and all(reader(values.get(user), var, values.get) for user in users)):
                 found.add(var)
     return found
@@ -80,7 +71,7 @@ def _conv_of_concat(call, var, lookup) -> bool:
             and call.attrs.data_layout.index("C") == lookup(var).attrs.axis):
         return False
     extra_parts = len(lookup(var).args[0].fields) - 1
-    return np.prod(_static_dims(call)) * extra_parts < np.prod(_static_dims(var))
+    return np.prod(static_dims(call)) * extra_parts < np.prod(static_dims(var))
 
 
 _POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
@@ -88,7 +79,7 @@ _POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
 
 def _pool_of_concat(call, var, lookup) -> bool:
     """A pool of ``var`` (a concatenation along channels: pools take each channel alone)."""
-    return (_op_name(call) in _POOLS and call.attrs.layout.index("C") == lookup(var).attrs.axis)
+    return (op_name(call) in _POOLS and call.attrs.layout.index("C") == lookup(var).attrs.axis)
 
 
 @relax.expr_functor.mutator
@@ -102,7 +93,7 @@ class _ConcatReaders(relax.expr_functor.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if _op_name(call) not in self.ops or not call.args[0] in self.concats:
+        if op_name(call) not in self.ops or not call.args[0] in self.concats:
             return call
         parts = self.lookup_binding(call.args[0]).args[0].fields
         return self.rewrite(self.builder_, call, parts)
@@ -113,7 +104,7 @@ def _conv_per_part(builder, call: relax.Call, parts) -> relax.Expr:
     in_axis = call.attrs.kernel_layout.index("I")
     total, offset = None, 0
     for index, part in enumerate(parts):
-        channels = _static_dims(part)[call.attrs.data_layout.index("C")]
+        channels = static_dims(part)[call.attrs.data_layout.index("C")]
         weight = builder.emit(relax.op.strided_slice(
             call.args[1], axes=[in_axis], begin=[offset], end=[offset + channels]))
         offset += channels
@@ -142,7 +133,7 @@ class _PadConvChannels(relax.expr_functor.PyExprMutator):
         if not _conv_with_constant_weight(call, self.lookup_binding):
             return call
         weight = call.args[1]
-        dims = _static_dims(weight)
+        dims = static_dims(weight)
         o_axis = call.attrs.kernel_layout.index("O")
         channels, dtype = dims[o_axis], str(weight.ty.dtype)
         lanes = self.vector_bits // tvm.runtime.DataType(dtype).bits
@@ -158,32 +149,22 @@ class _PadConvChannels(relax.expr_functor.PyExprMutator):
         return relax.op.strided_slice(conv, axes=[out_axis], begin=[0], end=[channels])
 
 
-def _each_function(mod: tvm.IRModule, make_mutator) -> tvm.IRModule:
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutator = make_mutator(mod, func)
-            mutator.builder_.update_func(gvar, relax.analysis.remove_all_unused(
-                mutator.visit_expr(func)))
-            mod = mutator.builder_.get()
-    return mod
-
-
 @tvm.transform.module_pass(opt_level=0, name="PoolConcatParts")
 def pool_concat_parts(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return _each_function(mod, lambda m, f: _ConcatReaders(
+    return rewrite_functions(mod, lambda m, f: _ConcatReaders(
         m, _POOLS, _concats_read_only_by(f, _pool_of_concat), _pool_per_part))
 
 
 @tvm.transform.module_pass(opt_level=0, name="SplitConcatConvs")
 def split_concat_convs(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return _each_function(mod, lambda m, f: _ConcatReaders(
+    return rewrite_functions(mod, lambda m, f: _ConcatReaders(
         m, (_CONV2D,), _concats_read_only_by(f, _conv_of_concat), _conv_per_part))
 
 
 def pad_conv_channels(vector_bits: int) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="PadConvChannels")
     def pad(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return _each_function(mod, lambda m, _f: _PadConvChannels(m, vector_bits))
+        return rewrite_functions(mod, lambda m, _f: _PadConvChannels(m, vector_bits))
 
     return pad
 

@@ -21,11 +21,36 @@ _BROADCASTING_OPS = frozenset(f"relax.{name}" for name in (
     "add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum"))
 
 
+def op_name(expr) -> str | None:
+    """The name of the relax op ``expr`` calls (None for anything else)."""
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
+
+
+def static_dims(expr) -> list[int] | None:
+    """``expr``'s shape when every dimension is a known integer, else None."""
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
+        return None
+    return [int(d) for d in shape.values]
+
+
+def rewrite_functions(mod: tvm.IRModule, make_mutator) -> tvm.IRModule:
+    """``mod`` with each relax function rewritten by ``make_mutator(mod, func)`` (a
+    PyExprMutator) and stripped of the bindings the rewrite left unused."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator = make_mutator(mod, func)
+            mutator.builder_.update_func(gvar, relax.analysis.remove_all_unused(
+                mutator.visit_expr(func)))
+            mod = mutator.builder_.get()
+    return mod
+
+
 @relax.expr_functor.mutator
 class _FullRankConstants(relax.expr_functor.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name in _BROADCASTING_OPS):
+        if op_name(call) not in _BROADCASTING_OPS:
             return call
         rank = max(getattr(arg.ty, "ndim", -1) for arg in call.args)
         args = [self._with_rank(arg, rank) for arg in call.args]
@@ -46,12 +71,10 @@ class _FullRankConstants(relax.expr_functor.PyExprMutator):
         if isinstance(expr, tvm.ir.expr.Constant):
             return expr.value.numpy()
         bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-        if (isinstance(bound, relax.Call) and isinstance(bound.op, tvm.ir.Op)
-                and bound.op.name in ("relax.reshape", "relax.expand_dims")
-                and isinstance(bound.args[0], tvm.ir.expr.Constant)):
-            shape = expr.ty.shape
-            if shape is not None and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
-                return bound.args[0].value.numpy().reshape([int(d) for d in shape.values])
+        if (op_name(bound) in ("relax.reshape", "relax.expand_dims")
+                and isinstance(bound.args[0], tvm.ir.expr.Constant)
+                and static_dims(expr) is not None):
+            return bound.args[0].value.numpy().reshape(static_dims(expr))
         return None
 
 
@@ -60,11 +83,7 @@ def full_rank_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """Constant operands of broadcasting elementwise ops made full rank. ONNX models scale and
     shift channels by (C, 1, 1) constants; ConvertLayout cannot say where such a constant's
     channel axis goes in NHWC, so it would transpose back to NCHW around every one of them."""
-    mutator = _FullRankConstants(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
-    return mutator.builder_.get()
+    return rewrite_functions(mod, lambda m, _func: _FullRankConstants(m))
 
 
 def layout_passes(layouts: dict) -> list:

@@ -172,7 +172,8 @@ class TuningDatabase:
         for line in lines:
             workload, (_trace, run_secs, *_rest) = json.loads(line)
             by_workload.setdefault(workload, []).append((_run_seconds(run_secs), line))
-        kept, removed = [], self.metadata().get("removed", {})
+        meta = self.metadata()
+        kept, removed = [], meta.setdefault("removed", {})
         for workload, records in by_workload.items():
             records.sort(key=lambda r: r[0])
             kept += [line for _seconds, line in records[:count]]
@@ -181,8 +182,6 @@ class TuningDatabase:
         tmp = self.directory / f".{_RECORDS}.tmp"
         tmp.write_text("".join(line + "\n" for line in kept))
         tmp.replace(self.directory / _RECORDS)
-        meta = self.metadata()
-        meta["removed"] = removed
         self._write_metadata(meta)
         return len(lines) - len(kept)
 
