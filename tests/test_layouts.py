@@ -215,3 +215,71 @@ def test_rewritten_kernels_compute_what_onnxruntime_does(concat_then_conv):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     assert not targets.get_target("cuda").conv_rewrites
+
+
+@pytest.fixture(scope="module")
+def wide_3x3_convs():
+    """3x3 convs wide enough for Winograd: one padded, with bias and relu, on a width that is
+    not a multiple of the tile; one unpadded; one strided and one narrow that stay direct."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[0, 1, 2, 0]),
+        helper.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["c2", "w3"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 11, 9))],
+        [helper.make_tensor_value_info("c1", TensorProto.FLOAT, (1, 40, 11, 8)),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 6, 4))],
+        [init("w0", 48, 32, 3, 3), init("b0", 48), init("w1", 40, 48, 3, 3),
+         init("w2", 32, 40, 3, 3), init("w3", 8, 32, 3, 3)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 10)
+    onnx.checker.check_model(model)
+    return model
+
+
+def winograd_kernels(mod):
+    return [gvar.name_hint for gvar, func in mod.functions_items()
+            if isinstance(func, tvm.tirx.PrimFunc) and "winograd" in gvar.name_hint]
+
+
+def test_wide_3x3_convolutions_compute_by_winograd_as_onnxruntime_does(wide_3x3_convs):
+    spec = targets.host_cpu()
+    mod = import_model(wide_3x3_convs).build_module()
+    kernels = fused_kernels(mod, spec)
+    with spec.tvm_target():
+        direct = tvm.transform.Sequential(
+            layout_passes(spec.layouts) + conv_rewrites(spec.tvm_target())[:-1])(mod)
+    # The two stride-1 convs of 32 channels or more; the strided and the narrow stay direct.
+    assert len(calls_of(direct, "relax.nn.conv2d")) == 4
+    assert len(winograd_kernels(kernels)) == 2
+    with spec.tvm_target():
+        library = tvm.compile(kernels, target=spec.tvm_target(), relax_pipeline=_lowering(spec))
+    vm = relax.VirtualMachine(library, tvm.cpu())
+    x = RNG.standard_normal((1, 32, 11, 9)).astype(np.float32)
+    got = [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
+    session = ort.InferenceSession(wide_3x3_convs.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        # Winograd's float32 error grows with the sums' terms, not with each output's size.
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max())
+
+
+def test_convolutions_whose_winograd_tiles_spill_the_caches_stay_direct():
+    # vgg19's first stage: 224x224, 64 channels, 29 MB of transformed tiles (slower measured).
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 64, 224, 224))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 64, 224, 224))],
+        [init("w", 64, 64, 3, 3)])
+    mod = import_model(helper.make_model(graph)).build_module()
+    spec = targets.host_cpu()
+    with spec.tvm_target():
+        rewritten = tvm.transform.Sequential(
+            layout_passes(spec.layouts) + conv_rewrites(spec.tvm_target()))(mod)
+    assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
+    assert not winograd_kernels(rewritten)
