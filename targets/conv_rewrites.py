@@ -177,6 +177,18 @@ def _winograd_matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(m.astype("float32") for m in _cook_toom_convolution(points, WINOGRAD_TILE, 3))
 
 
+def _tile_transform(tiles: te.Tensor, matrix: te.Tensor, stage: str) -> te.Tensor:
+    """matrix^T t matrix for each tile t of ``tiles`` (its two leading axes; the others are the
+    tile and the channel), scheduled by MetaSchedule's rule for that Winograd ``stage``."""
+    size, side = (int(d) for d in matrix.shape)
+    r_a, r_b = te.reduce_axis((0, size), "r_a"), te.reduce_axis((0, size), "r_b")
+    return te.compute(
+        (side, side, *tiles.shape[2:]),
+        lambda i, j, p, c: te.sum(tiles[r_a, r_b, p, c] * matrix[r_a, i] * matrix[r_b, j],
+                                  axis=[r_a, r_b]),
+        name=stage, attrs={"schedule_rule": f"conv2d_nhwc_winograd_{stage}"})
+
+
 def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.Tensor:
     """The convolution of NHWC ``data`` with ``weight_pack`` (alpha, alpha, O, I): the weights
     transformed as G w G^T. Its stages carry the names and schedule rules MetaSchedule's
@@ -201,12 +213,7 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
                                         (p // tiles_w) % tiles_h * m + eps,
                                         p % tiles_w * m + nu, ci],
         name="input_tile", attrs={"schedule_rule": "None"})
-    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    data_pack = te.compute(
-        (alpha, alpha, tiles, in_channels),
-        lambda eps, nu, p, ci: te.sum(input_tile[r_a, r_b, p, ci] * b[r_a, eps] * b[r_b, nu],
-                                      axis=[r_a, r_b]),
-        name="data_pack", attrs={"schedule_rule": "conv2d_nhwc_winograd_data_pack"})
+    data_pack = _tile_transform(input_tile, b, "data_pack")
     ci = te.reduce_axis((0, in_channels), "ci")
     bgemm = te.compute(
         (alpha, alpha, tiles, out_channels),
@@ -214,12 +221,7 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
                                       axis=[ci]),
         name="bgemm", attrs={"layout_free_placeholders": [weight_pack],
                              "meta_schedule.write_cache_level": [2]})
-    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    inverse = te.compute(
-        (m, m, tiles, out_channels),
-        lambda vh, vw, p, co: te.sum(bgemm[r_a, r_b, p, co] * a[r_a, vh] * a[r_b, vw],
-                                     axis=[r_a, r_b]),
-        name="inverse", attrs={"schedule_rule": "conv2d_nhwc_winograd_inverse"})
+    inverse = _tile_transform(bgemm, a, "inverse")
     return te.compute(
         (batch, out_height, out_width, out_channels),
         lambda n, h, w, co: inverse[h % m, w % m,

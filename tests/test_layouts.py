@@ -67,6 +67,22 @@ def transposed_values(mod):
     return calls
 
 
+def kernels_and_onnxruntime(model, x, spec):
+    """Each output of ``model``'s fused kernels for ``spec``, compiled and run on ``x``, with
+    onnxruntime's."""
+    kernels = fused_kernels(import_model(model).build_module(), spec)
+    with spec.tvm_target():
+        library = tvm.compile(kernels, target=spec.tvm_target(), relax_pipeline=_lowering(spec))
+    outputs = relax.VirtualMachine(library, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    got = [outputs.numpy()] if isinstance(outputs, tvm.runtime.Tensor) else [
+        t.numpy() for t in outputs]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {model.graph.input[0].name: x})
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+    return list(zip(got, want, strict=True))
+
+
 def test_ops_follow_the_converted_convolutions(fire_module):
     mod = import_model(fire_module).build_module()
     converted = tvm.transform.Sequential(layout_passes(CPU_LAYOUTS))(mod)
@@ -79,17 +95,9 @@ def test_ops_follow_the_converted_convolutions(fire_module):
 
 
 def test_converted_kernels_compute_what_onnxruntime_does(fire_module):
-    spec = targets.host_cpu()
-    kernels = fused_kernels(import_model(fire_module).build_module(), spec)
-    with spec.tvm_target():
-        library = tvm.compile(kernels, target=spec.tvm_target(), relax_pipeline=_lowering(spec))
-    vm = relax.VirtualMachine(library, tvm.cpu())
     x = RNG.standard_normal((1, 3, 12, 12)).astype(np.float32)
-    got = vm["main"](tvm.runtime.tensor(x))[0].numpy()
-    session = ort.InferenceSession(fire_module.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    want = session.run(None, {"x": x})[0]
-    assert got.shape == want.shape == (1, 12) and got.dtype == want.dtype
+    [(got, want)] = kernels_and_onnxruntime(fire_module, x, targets.host_cpu())
+    assert got.shape == (1, 12)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -181,6 +189,14 @@ def test_convolutions_of_a_concatenation_are_split_and_odd_channels_padded(conca
     assert [int(d) for d in rewritten["main"].ret_ty.fields[2].shape.values] == [1, 60, 6, 6]
 
 
+def laid_out_and_rewritten(model) -> tvm.IRModule:
+    """``model`` in the host CPU's layouts, with its convolutions rewritten."""
+    spec = targets.host_cpu()
+    with spec.tvm_target():
+        return tvm.transform.Sequential(layout_passes(spec.layouts) + conv_rewrites(
+            spec.tvm_target()))(import_model(model).build_module())
+
+
 def test_a_convolution_larger_than_its_concatenation_reads_it_whole():
     # squeezenet's classifier: 1000 channels from a concatenation of 512; summing parts would
     # read and write 1000 channels once more per part.
@@ -190,11 +206,7 @@ def test_a_convolution_larger_than_its_concatenation_reads_it_whole():
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, (1, 4, 5, 5)) for n in "ab"],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 32, 5, 5))],
         [init("w", 32, 8, 1, 1)])
-    mod = import_model(helper.make_model(graph)).build_module()
-    spec = targets.host_cpu()
-    with spec.tvm_target():
-        rewritten = tvm.transform.Sequential(
-            layout_passes(spec.layouts) + conv_rewrites(spec.tvm_target()))(mod)
+    rewritten = laid_out_and_rewritten(helper.make_model(graph))
     assert len(calls_of(rewritten, "relax.concat")) == 1
     assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
 
@@ -202,18 +214,9 @@ def test_a_convolution_larger_than_its_concatenation_reads_it_whole():
 def test_rewritten_kernels_compute_what_onnxruntime_does(concat_then_conv):
     spec = targets.host_cpu()
     assert spec.conv_rewrites
-    kernels = fused_kernels(import_model(concat_then_conv).build_module(), spec)
-    with spec.tvm_target():
-        library = tvm.compile(kernels, target=spec.tvm_target(), relax_pipeline=_lowering(spec))
-    vm = relax.VirtualMachine(library, tvm.cpu())
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
-    got = [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
-    session = ort.InferenceSession(concat_then_conv.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    want = session.run(None, {"x": x})
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    for got, want in kernels_and_onnxruntime(concat_then_conv, x, spec):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not targets.get_target("cuda").conv_rewrites
 
 
@@ -255,18 +258,10 @@ def test_wide_3x3_convolutions_compute_by_winograd_as_onnxruntime_does(wide_3x3_
     # The two stride-1 convs of 32 channels or more; the strided and the narrow stay direct.
     assert len(calls_of(direct, "relax.nn.conv2d")) == 4
     assert len(winograd_kernels(kernels)) == 2
-    with spec.tvm_target():
-        library = tvm.compile(kernels, target=spec.tvm_target(), relax_pipeline=_lowering(spec))
-    vm = relax.VirtualMachine(library, tvm.cpu())
     x = RNG.standard_normal((1, 32, 11, 9)).astype(np.float32)
-    got = [t.numpy() for t in vm["main"](tvm.runtime.tensor(x))]
-    session = ort.InferenceSession(wide_3x3_convs.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    want = session.run(None, {"x": x})
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype
+    for got, want in kernels_and_onnxruntime(wide_3x3_convs, x, spec):
         # Winograd's float32 error grows with the sums' terms, not with each output's size.
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
 def test_convolutions_whose_winograd_tiles_spill_the_caches_stay_direct():
@@ -276,10 +271,6 @@ def test_convolutions_whose_winograd_tiles_spill_the_caches_stay_direct():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 64, 224, 224))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 64, 224, 224))],
         [init("w", 64, 64, 3, 3)])
-    mod = import_model(helper.make_model(graph)).build_module()
-    spec = targets.host_cpu()
-    with spec.tvm_target():
-        rewritten = tvm.transform.Sequential(
-            layout_passes(spec.layouts) + conv_rewrites(spec.tvm_target()))(mod)
+    rewritten = laid_out_and_rewritten(helper.make_model(graph))
     assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
     assert not winograd_kernels(rewritten)
