@@ -160,7 +160,8 @@ class _PadConvChannels(relax.expr_functor.PyExprMutator):
         return relax.op.strided_slice(conv, axes=[out_axis], begin=[0], end=[channels])
 
 
-WINOGRAD_TILE = 4  # output tile side: F(4x4, 3x3), 6x6 input tiles
+WINOGRAD_TILE = 4  # output tile side: F(4x4, 3x3)
+_WINOGRAD_ALPHA = WINOGRAD_TILE + 2  # input tile side
 # Where the transforms cost more than the multiplications they save, a convolution stays direct:
 # narrow ones, and those whose transformed tiles spill the caches. Tuned 64 trials each against
 # vgg19's direct convolutions tuned 120-230 (tiles in MB): 56x56, 64 channels 0.64 ms (direct
@@ -193,10 +194,11 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
     """The convolution of NHWC ``data`` with ``weight_pack`` (alpha, alpha, O, I): the weights
     transformed as G w G^T. Its stages carry the names and schedule rules MetaSchedule's
     Winograd rules take (as topi.nn.conv2d_winograd_nhwc, which transforms the weights in the
-    kernel at every run)."""
+    kernel at every run). The weights are a constant, which fused_kernels marks layout-free for
+    prepacking like any kernel's."""
     batch, height, width, _ = (int(d) for d in data.shape)
-    alpha, _, out_channels, in_channels = (int(d) for d in weight_pack.shape)
-    m = WINOGRAD_TILE
+    _, _, out_channels, in_channels = (int(d) for d in weight_pack.shape)
+    alpha, m = _WINOGRAD_ALPHA, WINOGRAD_TILE
     a, b = (topi.utils.const_matrix(matrix, name)
             for matrix, name in zip(_winograd_matrices()[:2], "AB"))
     top, left, bottom, right = padding
@@ -219,8 +221,7 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
         (alpha, alpha, tiles, out_channels),
         lambda eps, nu, p, co: te.sum(data_pack[eps, nu, p, ci] * weight_pack[eps, nu, co, ci],
                                       axis=[ci]),
-        name="bgemm", attrs={"layout_free_placeholders": [weight_pack],
-                             "meta_schedule.write_cache_level": [2]})
+        name="bgemm", attrs={"meta_schedule.write_cache_level": [2]})
     inverse = _tile_transform(bgemm, a, "inverse")
     return te.compute(
         (batch, out_height, out_width, out_channels),
@@ -237,9 +238,8 @@ def _winograd_eligible(call, lookup) -> bool:
     attrs = call.attrs
     dims = static_dims(call.args[1])
     batch, height, width, _ = static_dims(call)
-    alpha = WINOGRAD_TILE + 2
-    tile_bytes = (alpha * alpha * batch * -(-height // WINOGRAD_TILE) * -(-width // WINOGRAD_TILE)
-                  * max(dims[0], dims[3]) * 4)
+    tiles = batch * -(-height // WINOGRAD_TILE) * -(-width // WINOGRAD_TILE)
+    tile_bytes = _WINOGRAD_ALPHA ** 2 * tiles * max(dims[0], dims[3]) * 4
     return (attrs.data_layout == "NHWC" and attrs.kernel_layout == "OHWI"
             and (attrs.out_layout or "NHWC") == "NHWC"
             and [int(s) for s in attrs.strides] == [1, 1]
@@ -259,12 +259,11 @@ class _WinogradConvs(relax.expr_functor.PyExprMutator):
         _, _, g = _winograd_matrices()
         # G w G^T over each (O, I) as one product with kron(G, G): FoldConstant makes it a
         # constant, so runs never transform the weights.
-        alpha = g.shape[0]
         out_channels, _, _, in_channels = static_dims(call.args[1])
         taps = relax.op.reshape(relax.op.permute_dims(call.args[1], [1, 2, 0, 3]),
                                 [9, out_channels * in_channels])
         packed = relax.op.reshape(relax.op.matmul(relax.const(np.kron(g, g)), taps),
-                                  [alpha, alpha, out_channels, in_channels])
+                                  [_WINOGRAD_ALPHA, _WINOGRAD_ALPHA, out_channels, in_channels])
         weight_pack = self.builder_.emit(packed)
         return self.builder_.call_te(_winograd_conv_nhwc, call.args[0], weight_pack,
                                      padding=[int(p) for p in call.attrs.padding],
