@@ -1,8 +1,12 @@
 """The oneDNN vendor plugin: Intel's deep-learning kernels behind the ODLA device INTEL_DNNL.
 
-It takes float32 NCHW convolutions (with their bias, inference batch norm, residual add and
-ReLU fused in as post-ops), matmuls with a constant right-hand side (with bias and ReLU), max
-and average pooling, and concatenation along channels (without it, the concats joining the
+It takes float32 NCHW convolutions (grouped, depthwise, dilated, any padding) and matmuls of
+any rank (batch axes broadcast; the right operand constant and packed once, or computed, as
+attention's; transposed or not), each with up to five elementwise ops fused in as post-ops
+(bias, batch norm, residual add, scaling, ReLU, GELU, sigmoid, tanh, swish, clamps); softmax and
+log-softmax on any axis; layer normalization over the last axis (as the bridge lowers it, and
+as exporters below opset 17 write it); max and average pooling; and concatenation along
+channels (without it, the concats joining the
 branches of squeezenet's fire modules and inception's blocks would cut the graph into many
 regions, with layout reorders at every cut). Each region MergeCompositeFunctions makes becomes
 one C++ function over targets/onednn/runtime.h: primitives and repacked weights are built on
@@ -21,7 +25,7 @@ from importlib import resources
 import tvm
 from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
-from tvm.relax.dpl.pattern import is_op, is_tuple, wildcard
+from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
 from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
 
@@ -75,15 +79,16 @@ def _shape(expr) -> tuple[int, ...] | None:
     return tuple(int(d) for d in dims)
 
 
-def _is_per_channel(operand_shape, output_shape) -> bool:
-    """Whether an operand broadcast against ``output_shape`` varies along axis 1 only: a
-    per-channel bias or batch-norm scale, (C, 1, 1) or (1, C, 1, 1) for NCHW, (N,) or (1, N)
-    for a matmul's (M, N)."""
-    if operand_shape is None:
+def _is_per_channel(operand_shape, output_shape, axis: int = 1) -> bool:
+    """Whether an operand broadcast against ``output_shape`` varies along ``axis`` only: a
+    per-channel bias or batch-norm scale, (C, 1, 1) or (1, C, 1, 1) for NCHW, (N,) or
+    (1, 1, N) for a matmul's (..., M, N) and axis -1."""
+    if operand_shape is None or len(operand_shape) > len(output_shape):
         return False
-    channels = output_shape[1]
-    trailing = (channels,) + (1,) * (len(output_shape) - 2)
-    return operand_shape in (trailing, (1, *trailing))
+    axis %= len(output_shape)
+    trailing = (output_shape[axis],) + (1,) * (len(output_shape) - 1 - axis)
+    lead = len(operand_shape) - len(trailing)
+    return lead >= 0 and operand_shape[lead:] == trailing and all(d == 1 for d in operand_shape[:lead])
 
 
 def _is_constant(expr) -> bool:
@@ -97,17 +102,52 @@ def _plain_ok(context) -> bool:
             and not has_leaking_intermediate_variables(context))
 
 
-def _fused_ok(context, output_shape) -> bool:
-    """The operands of the fused elementwise ops fit the post-ops they become."""
-    annotated = context.annotated_expr
-    for name in ("bias", "scale", "shift"):
-        if name in annotated and not _is_per_channel(_shape(annotated[name]), output_shape):
-            return False
-    return "residual" not in annotated or _shape(annotated["residual"]) == output_shape
+# Elementwise ops fused after a convolution or matmul as oneDNN post-ops: binary ops by their
+# relax name (the other operand broadcast to the output), unary ones as eltwise algorithms.
+BINARY_POST_OPS = {"relax.add": "binary_add", "relax.multiply": "binary_mul",
+                   "relax.subtract": "binary_sub", "relax.divide": "binary_div",
+                   "relax.maximum": "binary_max", "relax.minimum": "binary_min"}
+UNARY_POST_OPS = {"relax.nn.relu": "eltwise_relu", "relax.nn.gelu": "eltwise_gelu_erf",
+                  "relax.nn.gelu_tanh": "eltwise_gelu_tanh", "relax.sigmoid": "eltwise_logistic",
+                  "relax.tanh": "eltwise_tanh"}
+COMMUTATIVE = ("relax.add", "relax.multiply", "relax.maximum", "relax.minimum")
+MAX_POST_OPS = 5  # a conv's bias, batch-norm scale and shift, residual add, ReLU
+
+
+def _broadcasts_to(shape, output_shape) -> bool:
+    """Whether ``shape`` broadcasts to ``output_shape`` without changing it (NumPy's rule)."""
+    if shape is None or len(shape) > len(output_shape):
+        return False
+    return all(d in (1, o) for d, o in zip(reversed(shape), reversed(output_shape)))
+
+
+def _post_ops_ok(context, output_shape) -> bool:
+    """Each fused elementwise op takes the chain before it and, for a binary op, an operand
+    that broadcasts to the output; subtract and divide only with the chain on the left."""
+    bound = context.value_to_bound_var
+    previous = context.annotated_expr["root_op"]
+    for index in range(MAX_POST_OPS):
+        call = context.annotated_expr.get(f"post{index}")
+        if call is None:
+            break
+        name = call.op.name
+        if name in BINARY_POST_OPS:
+            chain = bound.get(previous)
+            first, second = call.args
+            if first.same_as(chain):
+                other = second
+            elif name in COMMUTATIVE and second.same_as(chain):
+                other = first
+            else:
+                return False
+            if not _broadcasts_to(_shape(other), output_shape):
+                return False
+        previous = call
+    return True
 
 
 def _conv2d_ok(context) -> bool:
-    conv = context.annotated_expr["conv"]
+    conv = context.annotated_expr["root_op"]
     attrs = conv.attrs
     output_shape = _shape(conv)
     return (_plain_ok(context) and output_shape is not None
@@ -115,21 +155,33 @@ def _conv2d_ok(context) -> bool:
             and _shape(conv.args[1]) is not None
             and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
             and attrs.out_dtype in ("", "float32")
-            and _fused_ok(context, output_shape))
+            and _post_ops_ok(context, output_shape))
+
+
+MAX_MATMUL_RANK = 5  # oneDNN's matmul: up to 3 batch axes
 
 
 def _matmul_ok(context) -> bool:
-    matmul = context.annotated_expr["matmul"]
-    weights = context.annotated_expr["weights"]
+    """Any rank up to 5, batch axes broadcast; the right operand constant (packed once) or
+    computed (as attention's Q.K^T and P.V), its last two axes swapped or not."""
+    matmul = context.annotated_expr["root_op"]
     output_shape = _shape(matmul)
     src_shape = _shape(matmul.args[0])
+    weights_shape = _shape(context.annotated_expr["weights"])
     transpose = context.annotated_expr.get("transpose")
-    return (_plain_ok(context) and output_shape is not None and len(output_shape) == 2
-            and src_shape is not None and len(src_shape) == 2
-            and _is_constant(weights) and _shape(weights) is not None and len(_shape(weights)) == 2
-            and (transpose is None or [int(a) for a in transpose.attrs.axes] == [1, 0])
+    if output_shape is None or src_shape is None or weights_shape is None:
+        return False
+    rank = len(output_shape)
+    if transpose is not None:
+        axes = list(range(len(weights_shape))) if transpose.attrs.axes is None \
+            else [int(a) for a in transpose.attrs.axes]
+        swap = list(range(len(weights_shape) - 2)) + [len(weights_shape) - 1, len(weights_shape) - 2]
+        if axes != swap and not (transpose.attrs.axes is None and len(weights_shape) == 2):
+            return False
+    return (_plain_ok(context) and 2 <= rank <= MAX_MATMUL_RANK
+            and 2 <= len(src_shape) and 2 <= len(weights_shape)
             and matmul.attrs.out_dtype in ("", "float32")
-            and _fused_ok(context, output_shape))
+            and _post_ops_ok(context, output_shape))
 
 
 def _pool2d_ok(context) -> bool:
@@ -153,50 +205,103 @@ def _concat_ok(context) -> bool:
             and all(shape is not None and len(shape) == rank for shape in shapes))
 
 
-def _fused_tail(chain, annotations, tail: str):
-    """``chain`` followed by the residual add and ReLU ``tail`` names, annotating them."""
-    if "residual" in tail:
-        annotations["residual"] = wildcard()
-        chain = is_op("relax.add")(chain, annotations["residual"])
-    if "relu" in tail:
-        chain = is_op("relax.nn.relu")(chain)
-    return chain
+def _post_op(chain, annotations, index: int):
+    """Any one fused elementwise op after ``chain``: a binary op with another operand, a unary
+    op, or swish (chain * sigmoid(chain), oneDNN's eltwise_swish)."""
+    post = is_op("relax.multiply")(chain, is_op("relax.sigmoid")(chain))
+    for name in BINARY_POST_OPS:
+        post = post | is_op(name)(chain, wildcard())
+    for name in UNARY_POST_OPS:
+        post = post | is_op(name)(chain)
+    annotations[f"post{index}"] = post
+    return post
 
 
-def _conv2d_pattern(head: str, tail: str) -> PluginPattern:
-    """conv2d, then per ``head`` a bias add, a batch norm (multiply and add per channel) or
-    both, then per ``tail`` a residual add and a ReLU."""
+def _with_post_ops(name: str, root, annotations, count: int, check) -> PluginPattern:
+    annotations["root_op"] = root
+    chain = root
+    for index in range(count):
+        chain = _post_op(chain, annotations, index)
+    return PluginPattern(f"{name}_{count}", chain, annotations, check)
+
+
+def _conv2d_pattern(post_ops: int) -> PluginPattern:
+    """conv2d, then ``post_ops`` elementwise ops (bias, batch norm, residual add, ReLU, ...)."""
     conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
-    annotations = {"conv": conv}
-    chain = conv
-    if "bias" in head:
-        annotations["bias"] = wildcard()
-        chain = is_op("relax.add")(chain, annotations["bias"])
-    if "batch_norm" in head:
-        annotations["scale"], annotations["shift"] = wildcard(), wildcard()
-        chain = is_op("relax.add")(is_op("relax.multiply")(chain, annotations["scale"]),
-                                   annotations["shift"])
-    chain = _fused_tail(chain, annotations, tail)
-    name = "_".join(filter(None, ["onednn.conv2d", head, tail]))
-    return PluginPattern(name, chain, annotations, _conv2d_ok)
+    return _with_post_ops("onednn.conv2d", conv, {}, post_ops, _conv2d_ok)
 
 
-def _matmul_pattern(transposed: bool, tail: str) -> PluginPattern:
-    """matmul by constant weights (stored (N, K) and transposed, or (K, N)), then per
-    ``tail`` a bias add and a ReLU."""
-    weights = wildcard()
+def _matmul_pattern(constant: bool, transposed: bool, post_ops: int) -> PluginPattern:
+    """matmul, the right operand a constant (packed once) or computed, (..., N, K) transposed
+    or (..., K, N) as it is, then ``post_ops`` elementwise ops."""
+    weights = is_const() if constant else wildcard()
     annotations = {"weights": weights}
     right = weights
     if transposed:
         right = annotations["transpose"] = is_op("relax.permute_dims")(weights)
-    chain = annotations["matmul"] = is_op("relax.matmul")(wildcard(), right)
-    if "bias" in tail:
-        annotations["bias"] = wildcard()
-        chain = is_op("relax.add")(chain, annotations["bias"])
-    if "relu" in tail:
-        chain = is_op("relax.nn.relu")(chain)
-    name = "_".join(filter(None, ["onednn.matmul", "transposed" if transposed else "", tail]))
-    return PluginPattern(name, chain, annotations, _matmul_ok)
+    matmul = is_op("relax.matmul")(wildcard(), right)
+    name = "_".join(["onednn.matmul", *(["constant"] if constant else []),
+                     *(["transposed"] if transposed else [])])
+    return _with_post_ops(name, matmul, annotations, post_ops, _matmul_ok)
+
+
+def _softmax_ok(context) -> bool:
+    return _plain_ok(context) and _shape(context.annotated_expr["root"].args[0]) is not None
+
+
+def _softmax_pattern(op: str) -> PluginPattern:
+    softmax = is_op(f"relax.nn.{op}")(wildcard())
+    return PluginPattern(f"onednn.{op}", softmax, {"root": softmax}, _softmax_ok)
+
+
+def _layer_norm_ok(context) -> bool:
+    """Over the last axis only, with a scalar epsilon and per-channel scale and offset."""
+    annotated = context.annotated_expr
+    shape = _shape(annotated["input"])
+    if shape is None or not _plain_ok(context):
+        return False
+    for mean in (annotated["mean"], annotated["variance"]):
+        axes = [int(a) % len(shape) for a in mean.attrs.axis or ()]
+        if axes != [len(shape) - 1] or not mean.attrs.keepdims:
+            return False
+    channels = shape[-1]
+    affine_ok = all(_shape(annotated[name]) in ((channels,), (1,) * (len(shape) - 1) + (channels,))
+                    for name in ("scale", "offset") if name in annotated)
+    return affine_ok and _shape(annotated["epsilon"]) == () and _is_constant(annotated["epsilon"])
+
+
+def _layer_norm_pattern(form: str, affine: str) -> PluginPattern:
+    """Layer normalization over the last axis as the bridge lowers it ("rsqrt": (x - mean) *
+    rsqrt(variance + eps)), or as exporters below opset 17 write it ("sqrt": (x - mean) /
+    sqrt(variance + eps), the square a power of 2); then per ``affine`` a scale, an offset."""
+    x, epsilon = wildcard(), wildcard()
+    mean = is_op("relax.mean")(x)
+    centered = is_op("relax.subtract")(x, mean)
+    squared = is_op("relax.multiply")(centered, centered) if form == "rsqrt" \
+        else is_op("relax.power")(centered, wildcard())
+    variance = is_op("relax.mean")(squared)
+    if form == "rsqrt":
+        y = is_op("relax.multiply")(centered, is_op("relax.rsqrt")(is_op("relax.add")(variance, epsilon)))
+    else:
+        y = is_op("relax.divide")(centered, is_op("relax.sqrt")(is_op("relax.add")(variance, epsilon)))
+    annotations = {"input": x, "mean": mean, "variance": variance, "epsilon": epsilon,
+                   "centered": centered, "squared": squared}
+    if "scale" in affine:
+        annotations["scale"] = wildcard()
+        y = is_op("relax.multiply")(y, annotations["scale"])
+    if "offset" in affine:
+        annotations["offset"] = wildcard()
+        y = is_op("relax.add")(y, annotations["offset"])
+    annotations["root"] = y
+    return PluginPattern(f"onednn.layer_norm_{form}_{affine or 'plain'}", y, annotations,
+                         _layer_norm_ok if form == "rsqrt" else _layer_norm_power_ok)
+
+
+def _layer_norm_power_ok(context) -> bool:
+    """The exporters' form squares by a power of exactly 2."""
+    power = context.annotated_expr["squared"].args[1]
+    return (_layer_norm_ok(context) and _is_constant(power) and _shape(power) == ()
+            and float(power.data.numpy()) == 2.0)
 
 
 def _pool2d_pattern(op: str) -> PluginPattern:
@@ -221,7 +326,7 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
 
 
-OP_KINDS = ("conv2d", "matmul", "pool", "concat")  # what the onednn.ops item can choose among
+OP_KINDS = ("conv2d", "matmul", "pool", "concat", "softmax", "layer_norm")  # for onednn.ops
 ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
                        "all); the others stay with TVM"}
 
@@ -239,14 +344,18 @@ def patterns(items) -> list[PluginPattern]:
     """Longest first: FuseOpsByPattern gives a binding to the first pattern that takes it.
     Only the op kinds the onednn.ops item names, when it is set."""
     kinds = items.get("onednn.ops", OP_KINDS)
-    tails = ("residual_relu", "residual", "relu", "")
     taken = []
     if "conv2d" in kinds:
-        taken += [_conv2d_pattern(head, tail) for head in ("bias_batch_norm", "batch_norm", "bias", "")
-                  for tail in tails]
+        taken += [_conv2d_pattern(count) for count in range(MAX_POST_OPS, -1, -1)]
     if "matmul" in kinds:
-        taken += [_matmul_pattern(transposed, tail) for transposed in (True, False)
-                  for tail in ("bias_relu", "bias", "relu", "")]
+        taken += [_matmul_pattern(constant, transposed, count)
+                  for count in range(MAX_POST_OPS, -1, -1)
+                  for constant in (True, False) for transposed in (True, False)]
+    if "layer_norm" in kinds:
+        taken += [_layer_norm_pattern(form, affine) for form in ("rsqrt", "sqrt")
+                  for affine in ("scale_offset", "scale", "")]
+    if "softmax" in kinds:
+        taken += [_softmax_pattern("softmax"), _softmax_pattern("log_softmax")]
     if "pool" in kinds:
         taken += [_pool2d_pattern("max_pool2d"), _pool2d_pattern("avg_pool2d")]
     if "concat" in kinds:
@@ -294,31 +403,46 @@ class _StepWriter:
                     self.step.calls[call_index].args[argument]
         raise ValueError(f"{self.step.composite}: call {call_index} has no outside operand")
 
-    def bias_and_post_ops(self, first: int, output_shape) -> dict[str, str]:
-        """The calls from ``first`` on as the Step's bias and post-op fields."""
+    def is_swish(self, index: int) -> bool:
+        """Whether call ``index`` (a sigmoid) and the next are chain * sigmoid(chain)."""
+        calls, arguments = self.step.calls, self.step.arguments
+        return (calls[index].op.name == "relax.sigmoid" and index + 1 < len(calls)
+                and calls[index + 1].op.name == "relax.multiply"
+                and ("call", index) in arguments[index + 1]
+                and arguments[index][0] in arguments[index + 1])
+
+    def bias_and_post_ops(self, first: int, output_shape, channel_axis: int) -> dict[str, str]:
+        """The calls from ``first`` on as the Step's bias and post-op fields: the first add of a
+        per-channel operand is the bias; on a convolution (``channel_axis`` 1) an add of a
+        whole tensor is a residual sum into the output."""
         bias, post_ops = "none()", []
-        for index in range(first, len(self.step.calls)):
-            op = self.step.calls[index].op.name
-            if op == "relax.nn.relu":
-                post_ops.append("{PostOp::kRelu, none()}")
+        calls = self.step.calls
+        index = first
+        while index < len(calls):
+            op = calls[index].op.name
+            if self.is_swish(index):
+                post_ops.append("{PostOp::kEltwise, none(), dnnl::algorithm::eltwise_swish}")
+                index += 2
                 continue
-            operand, expr = self.other_operand(index)
-            per_channel = _is_per_channel(_shape(expr), output_shape)
-            if op == "relax.add" and per_channel and index == first:
+            index += 1
+            if op in UNARY_POST_OPS:
+                post_ops.append(f"{{PostOp::kEltwise, none(), dnnl::algorithm::{UNARY_POST_OPS[op]}}}")
+                continue
+            operand, expr = self.other_operand(index - 1)
+            shape = _shape(expr)
+            per_channel = _is_per_channel(shape, output_shape, channel_axis)
+            if op == "relax.add" and per_channel and index - 1 == first:
                 bias = _operand(operand)
-            elif op == "relax.multiply":
-                post_ops.append(f"{{PostOp::kScale, {_operand(operand)}}}")
-            elif per_channel:
-                post_ops.append(f"{{PostOp::kShift, {_operand(operand)}}}")
-            else:
+            elif op == "relax.add" and channel_axis == 1 and shape == output_shape:
                 post_ops.append(f"{{PostOp::kResidual, {_operand(operand)}}}")
+            else:
+                widened = (1,) * (len(output_shape) - len(shape)) + shape
+                post_ops.append(f"{{PostOp::kBinary, {_operand(operand)}, "
+                                f"dnnl::algorithm::{BINARY_POST_OPS[op]}, {_shape_init(widened)}}}")
+        if len(post_ops) > MAX_POST_OPS:
+            raise ValueError(f"{self.step.composite}: {len(post_ops)} post-ops; runtime.h holds 8")
         return {"bias": bias, "post_op_count": str(len(post_ops)),
                 "post_ops": "{" + ", ".join(post_ops) + "}"}
-
-    def weights_param(self, call_index: int, argument: int) -> str:
-        kind, index = self.input_of(call_index, argument)
-        assert kind == "param", "weights are constants, so region parameters"
-        return str(index)
 
     def conv2d(self) -> dict[str, str]:
         conv = self.step.calls[0]
@@ -329,25 +453,51 @@ class _StepWriter:
             weights = (groups, weights[0] // groups, *weights[1:])
         pad_l, pad_r = _pads(attrs.padding)
         return {"kind": "Step::kConv", "src": _operand(self.input_of(0, 0)),
-                "weights": self.weights_param(0, 1),
+                "weights": _operand(self.input_of(0, 1)),
                 "src_shape": _shape_init(_shape(conv.args[0])),
                 "weights_shape": _shape_init(weights), "dst_shape": _shape_init(_shape(conv)),
                 "strides": _list(attrs.strides),
                 "dilates": _list(int(d) - 1 for d in attrs.dilation),
                 "pad_l": _list(pad_l), "pad_r": _list(pad_r),
-                **self.bias_and_post_ops(1, _shape(conv))}
+                **self.bias_and_post_ops(1, _shape(conv), 1)}
 
     def matmul(self) -> dict[str, str]:
         transposed = self.step.calls[0].op.name == "relax.permute_dims"
         first = 1 if transposed else 0
         matmul = self.step.calls[first]
+        weights = self.step.calls[0].args[0] if transposed else matmul.args[1]
         return {"kind": "Step::kMatmul", "src": _operand(self.input_of(first, 0)),
-                "weights": self.weights_param(0, 0 if transposed else 1),
+                "weights": _operand(self.input_of(0, 0) if transposed else self.input_of(0, 1)),
+                "weights_constant": "true" if "constant" in self.step.composite else "false",
                 "weights_transposed": "true" if transposed else "false",
                 "src_shape": _shape_init(_shape(matmul.args[0])),
-                "weights_shape": _shape_init(_shape(matmul.args[1])),
+                "weights_shape": _shape_init(_shape(weights)),
                 "dst_shape": _shape_init(_shape(matmul)),
-                **self.bias_and_post_ops(first + 1, _shape(matmul))}
+                **self.bias_and_post_ops(first + 1, _shape(matmul), len(_shape(matmul)) - 1)}
+
+    def softmax(self) -> dict[str, str]:
+        softmax = self.step.calls[0]
+        shape = _shape(softmax)
+        algorithm = "softmax_log" if softmax.op.name == "relax.nn.log_softmax" else "softmax_accurate"
+        return {"kind": "Step::kSoftmax", "src": _operand(self.input_of(0, 0)),
+                "src_shape": _shape_init(shape), "dst_shape": _shape_init(shape),
+                "algorithm": f"dnnl::algorithm::{algorithm}",
+                "axis": str(int(softmax.attrs.axis) % len(shape))}
+
+    def layer_norm(self) -> dict[str, str]:
+        calls = self.step.calls
+        names = [c.op.name for c in calls]
+        shape = _shape(calls[0].args[0])
+        epsilon_add = names.index("relax.add")  # variance + epsilon
+        normalized = names.index("relax.rsqrt" if "relax.rsqrt" in names else "relax.sqrt") + 1
+        fields = {"kind": "Step::kLayerNorm", "src": _operand(self.input_of(0, 0)),
+                  "src_shape": _shape_init(shape), "dst_shape": _shape_init(shape),
+                  "epsilon": _operand(self.other_operand(epsilon_add)[0]),
+                  "scale": "none()", "shift": "none()"}
+        for index in range(normalized + 1, len(calls)):
+            field = "scale" if names[index] == "relax.multiply" else "shift"
+            fields[field] = _operand(self.other_operand(index)[0])
+        return fields
 
     def pool2d(self) -> dict[str, str]:
         pool = self.step.calls[0]
@@ -368,7 +518,7 @@ class _StepWriter:
             algorithm = "pooling_avg_exclude_padding"
         return {"kind": "Step::kPool", "src": _operand(self.input_of(0, 0)),
                 "src_shape": _shape_init(src), "dst_shape": _shape_init(dst),
-                "pooling": f"dnnl::algorithm::{algorithm}", "kernel": _list(kernel),
+                "algorithm": f"dnnl::algorithm::{algorithm}", "kernel": _list(kernel),
                 "strides": _list(strides), "dilates": "{0, 0}", "pad_l": _list(pad_l),
                 "pad_r": _list(pad_r)}
 
@@ -389,23 +539,24 @@ class _StepWriter:
 
     def source(self, sources_name: str) -> str:
         kind = self.step.composite.split(".", 1)[1]
-        if kind.startswith("conv2d"):
-            fields = self.conv2d()
-        elif kind.startswith("matmul"):
-            fields = self.matmul()
-        elif kind.startswith("concat"):
+        if kind.startswith("concat"):
             fields = self.concat(sources_name)
         else:
-            fields = self.pool2d()
+            writer = next(w for prefix, w in (("conv2d", self.conv2d), ("matmul", self.matmul),
+                                              ("layer_norm", self.layer_norm),
+                                              ("softmax", self.softmax), ("log_softmax", self.softmax),
+                                              ("max_pool2d", self.pool2d),
+                                              ("avg_pool2d", self.pool2d)) if kind.startswith(prefix))
+            fields = writer()
         # Designated initializers name each field; C++ wants them in declaration order.
         ordered = sorted(fields.items(), key=lambda item: _STEP_FIELDS.index(item[0]))
         return "{" + ", ".join(f".{name} = {value}" for name, value in ordered) + "}"
 
 
-_STEP_FIELDS = ("kind", "src", "weights", "weights_transposed", "bias", "src_shape",
-                "weights_shape", "dst_shape", "pooling", "kernel", "strides", "dilates", "pad_l",
-                "pad_r", "post_op_count", "post_ops", "sources",
-                "source_count")  # runtime.h's Step, in its order
+_STEP_FIELDS = ("kind", "src", "weights", "weights_constant", "weights_transposed", "bias",
+                "src_shape", "weights_shape", "dst_shape", "algorithm", "kernel", "strides",
+                "dilates", "pad_l", "pad_r", "post_op_count", "post_ops", "sources",
+                "source_count", "axis", "scale", "shift", "epsilon")  # runtime.h's Step, in order
 
 
 def _region_source(region: relax.Function) -> tuple[str, str]:
@@ -454,8 +605,8 @@ def codegen(regions: list[relax.Function], _items) -> list:
 PLUGIN = VendorPlugin(
     name="onednn",
     device_name="INTEL_DNNL",
-    description="oneDNN 3.2 (Intel's deep-learning kernels): float32 NCHW convolution with "
-                "bias, batch norm, residual add and ReLU fused; matmul; max and average pooling; "
+    description="oneDNN 3.2 (Intel's deep-learning kernels): float32 convolutions and matmuls "
+                "of any rank with their elementwise ops fused, softmax, layer norm, pooling, "
                 "concat along channels",
     patterns=patterns,
     codegen=codegen,

@@ -1,7 +1,7 @@
 // What every oneDNN region needs at run time; targets/onednn.py puts this text before the
 // region functions it generates. Those take TVM's packed arguments as they come: unpacking
 // a region's hundreds of typed arguments (TVM_FFI_DLL_EXPORT_TYPED_FUNC) takes g++ -O2 minutes.
-// A region is a list of steps (convolution, matmul, pooling, concat),
+// A region is a list of steps (convolution, matmul, pooling, concat, softmax, layer norm),
 // described as plain constant data (it compiles in no time, where an initializer of the same
 // size built from std::vector takes g++ -O2 minutes), built into oneDNN primitives on its first
 // call and reused on every later call.
@@ -75,24 +75,33 @@ struct Shape {
 
 // An elementwise op fused after a convolution or matmul, in the order the graph applies them.
 struct PostOp {
-  enum Kind { kScale, kShift, kResidual, kRelu } kind;  // scale/shift: per output channel
-  Operand operand;  // none() for kRelu
+  // residual: a sum into dst (conv); eltwise: a unary op (`algorithm`); binary: `algorithm`
+  // with `operand`, of dims `shape` (as many as dst's), broadcast to dst.
+  enum Kind { kResidual, kEltwise, kBinary } kind;
+  Operand operand;  // none() for kEltwise
+  dnnl::algorithm algorithm;
+  Shape shape;
 };
 
 struct Step {
-  enum Kind { kConv, kMatmul, kPool, kConcat } kind;
+  enum Kind { kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm } kind;
   Operand src;
-  int weights;              // conv, matmul: the region parameter holding constant weights
-  bool weights_transposed;  // matmul: the constant is (N, K) and the graph transposes it
+  Operand weights;          // conv: constant weights (a parameter); matmul: the right operand
+  bool weights_constant;    // matmul: weights are a constant parameter, packed once
+  bool weights_transposed;  // matmul: the graph swaps the last two axes of `weights` first
   Operand bias;             // conv, matmul: none() when there is none
   Shape src_shape, weights_shape, dst_shape;  // conv weights grouped when groups > 1; matmul
-                                              // weights (K, N) as matmul reads them
-  dnnl::algorithm pooling;  // pool: max or average (with or without the padding)
+                                              // operands as stored, before any transpose
+  dnnl::algorithm algorithm;  // pool: max or average (with or without the padding); softmax:
+                              // accurate or log
   int64_t kernel[2], strides[2], dilates[2], pad_l[2], pad_r[2];  // dilates count from 0
   int post_op_count;
-  PostOp post_ops[4];
+  PostOp post_ops[8];
   const Operand* sources;  // concat: its operands in order (along channels), source_count
   int source_count;        // of them
+  int axis;                // softmax: the axis it normalizes over
+  Operand scale, shift;    // layer norm over the last axis: none() where the graph has none
+  Operand epsilon;         // layer norm: the scalar parameter holding epsilon
 };
 
 inline memory::format_tag plain_tag(size_t rank) {
@@ -110,14 +119,6 @@ inline memory::desc any_desc(const Dims& dims) {
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
 
-// A per-channel operand (a bias, a batch-norm scale) as the broadcast tensor a binary post-op
-// reads: 1 everywhere but the channel axis.
-inline Dims channel_dims(const Dims& dst_dims) {
-  Dims dims(dst_dims.size(), 1);
-  dims[1] = dst_dims[1];
-  return dims;
-}
-
 inline Dims pair(const int64_t (&values)[2]) { return Dims(values, values + 2); }
 
 inline void* data(const TVMFFIAny& arg) {
@@ -133,25 +134,15 @@ class Region {
       : steps_(steps, steps + kSteps), results_(results, results + kResults) {
     for (const Shape& shape : params)
       params_.emplace_back(plain_desc(shape.to_dims()), cpu_engine(), nullptr);
-    for (const Step& s : steps_) {
-      if (s.kind == Step::kConv) build_conv(s);
-      else if (s.kind == Step::kMatmul) build_matmul(s);
-      else if (s.kind == Step::kConcat) build_concat(s);
-      else build_pool(s);
-    }
-    for (int result : results_) {
-      const memory& value = values_[result];
-      outputs_.emplace_back(plain_desc(value.get_desc().get_dims()), cpu_engine(), nullptr);
-      add_reorder(value, outputs_.back());
-    }
   }
 
   // One call as TVM makes it (call_dps_packed): the region's parameters, then its outputs.
   void run(const TVMFFIAny* args, int32_t num_args) {
     std::lock_guard<std::mutex> lock(mutex_);  // one region's buffers serve one call at a time
-    if (static_cast<size_t>(num_args) != params_.size() + outputs_.size())
+    if (static_cast<size_t>(num_args) != params_.size() + results_.size())
       TVM_FFI_THROW(TypeError) << "a oneDNN region of " << params_.size() << " parameters and "
-                               << outputs_.size() << " outputs got " << num_args << " arguments";
+                               << results_.size() << " outputs got " << num_args << " arguments";
+    if (!built_) build(args);
     ++region_calls;
     omp_set_num_threads(thread_count());  // OpenMP keeps it per calling thread
     std::vector<void*> params;
@@ -169,6 +160,28 @@ class Region {
   }
 
  private:
+  // The primitives, on the first call: a layer norm's epsilon is a parameter's value.
+  void build(const TVMFFIAny* args) {
+    for (const Step& s : steps_) {
+      switch (s.kind) {
+        case Step::kConv: build_conv(s); break;
+        case Step::kMatmul: build_matmul(s); break;
+        case Step::kConcat: build_concat(s); break;
+        case Step::kPool: build_pool(s); break;
+        case Step::kSoftmax: build_softmax(s); break;
+        case Step::kLayerNorm:
+          build_layer_norm(s, *static_cast<const float*>(data(args[s.epsilon.index])));
+          break;
+      }
+    }
+    for (int result : results_) {
+      const memory& value = values_[result];
+      outputs_.emplace_back(plain_desc(value.get_desc().get_dims()), cpu_engine(), nullptr);
+      add_reorder(value, outputs_.back());
+    }
+    built_ = true;
+  }
+
   struct Action {
     dnnl::primitive primitive;
     std::unordered_map<int, memory> args;
@@ -235,22 +248,20 @@ class Region {
     dnnl::post_ops ops;
     for (const PostOp& op : post_ops(s)) {
       switch (op.kind) {
-        case PostOp::kScale:
-        case PostOp::kShift: {
-          memory::desc channels = plain_desc(channel_dims(s.dst_shape.to_dims()));
-          args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1] =
-              channel_memory(op.operand, channels);
-          ops.append_binary(op.kind == PostOp::kScale ? dnnl::algorithm::binary_mul
-                                                      : dnnl::algorithm::binary_add,
-                            channels);
-          break;
-        }
         case PostOp::kResidual:  // dst holds the residual when the step runs: see destination()
           ops.append_sum(1.f);
           break;
-        case PostOp::kRelu:
-          ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+        case PostOp::kEltwise:
+          ops.append_eltwise(op.algorithm, 0.f, 0.f);
           break;
+        case PostOp::kBinary: {
+          memory::desc operand = plain_desc(op.shape.to_dims());
+          args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1] =
+              op.operand.kind == Operand::kParam ? param_view(op.operand.index, operand)
+                                                 : as_layout(op.operand, operand);
+          ops.append_binary(op.algorithm, operand);
+          break;
+        }
       }
     }
     dnnl::primitive_attr attr;
@@ -321,34 +332,104 @@ class Region {
     args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
     // OIHW weights read in oneDNN's grouped shape where groups > 1: the same bytes.
     args[DNNL_ARG_WEIGHTS] =
-        packed_weights(s.weights, plain_desc(s.weights_shape.to_dims()), pd.weights_desc());
+        packed_weights(s.weights.index, plain_desc(s.weights_shape.to_dims()), pd.weights_desc());
     if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
     finish_step(s, dnnl::convolution_forward(pd), pd.dst_desc(), std::move(args));
+  }
+
+  // ``operand`` (stored with dims ``stored``) read as a plain tensor of ``dims`` (as many or
+  // more axes, the new ones leading and of size 1), its last two axes swapped if ``swapped``.
+  memory plain_view(Operand operand, const Dims& stored, const Dims& dims, bool swapped) {
+    memory::desc desc = plain_desc(dims);
+    if (swapped) {  // the same bytes with the strides of the last two axes exchanged
+      size_t rank = dims.size();
+      Dims unswapped = dims;
+      std::swap(unswapped[rank - 1], unswapped[rank - 2]);
+      Dims strides = plain_desc(unswapped).get_strides();
+      std::swap(strides[rank - 1], strides[rank - 2]);
+      desc = memory::desc(dims, memory::data_type::f32, strides);
+    }
+    if (operand.kind == Operand::kParam) return param_view(operand.index, desc);
+    memory source = as_layout(operand, plain_desc(stored));
+    return memory(desc, cpu_engine(), source.get_data_handle());
+  }
+
+  // Operand dims with leading axes of size 1 up to ``rank``; with the last two swapped when
+  // ``swapped``.
+  static Dims widened(Dims dims, size_t rank, bool swapped) {
+    if (swapped) std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
+    dims.insert(dims.begin(), rank - dims.size(), 1);
+    return dims;
   }
 
   void build_matmul(const Step& s) {
     std::unordered_map<int, memory> args;
     dnnl::primitive_attr attr = post_op_attr(s, args);
     Dims dst_dims = s.dst_shape.to_dims();
-    memory::desc bias_desc =
-        s.bias.kind == Operand::kNone ? memory::desc() : plain_desc({1, dst_dims[1]});
-    Dims weights_dims = s.weights_shape.to_dims();
-    dnnl::matmul::primitive_desc pd(cpu_engine(), plain_desc(s.src_shape.to_dims()),
-                                    any_desc(weights_dims), bias_desc, any_desc(dst_dims), attr);
-    args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
-    // The constant as the graph stores it: (K, N), or (N, K) read transposed.
-    memory::desc stored(weights_dims, memory::data_type::f32,
-                        s.weights_transposed ? memory::format_tag::ba : memory::format_tag::ab);
-    args[DNNL_ARG_WEIGHTS] = packed_weights(s.weights, stored, pd.weights_desc());
+    size_t rank = dst_dims.size();
+    Dims bias_dims(rank, 1);
+    bias_dims[rank - 1] = dst_dims[rank - 1];
+    memory::desc bias_desc = s.bias.kind == Operand::kNone ? memory::desc() : plain_desc(bias_dims);
+    Dims src_dims = widened(s.src_shape.to_dims(), rank, false);
+    Dims weights_dims = widened(s.weights_shape.to_dims(), rank, s.weights_transposed);
+    memory src = plain_view(s.src, s.src_shape.to_dims(), src_dims, false);
+    if (s.weights_constant) {  // packed once to the layout the primitive prefers
+      dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), any_desc(weights_dims),
+                                      bias_desc, any_desc(dst_dims), attr);
+      memory stored = plain_view(s.weights, s.weights_shape.to_dims(), weights_dims,
+                                 s.weights_transposed);
+      weights_.push_back({stored, memory(pd.weights_desc(), cpu_engine()), nullptr});
+      args[DNNL_ARG_WEIGHTS] = weights_.back().packed;
+      finish_matmul(s, pd, src, bias_desc, std::move(args));
+    } else {  // read as they are, each call
+      memory weights = plain_view(s.weights, s.weights_shape.to_dims(), weights_dims,
+                                  s.weights_transposed);
+      dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), weights.get_desc(),
+                                      bias_desc, any_desc(dst_dims), attr);
+      args[DNNL_ARG_WEIGHTS] = weights;
+      finish_matmul(s, pd, src, bias_desc, std::move(args));
+    }
+  }
+
+  void finish_matmul(const Step& s, const dnnl::matmul::primitive_desc& pd, const memory& src,
+                     const memory::desc& bias_desc, std::unordered_map<int, memory> args) {
+    args[DNNL_ARG_SRC] = src;
     if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
     finish_step(s, dnnl::matmul(pd), pd.dst_desc(), std::move(args));
+  }
+
+  void build_softmax(const Step& s) {
+    // Over its input in the layout that has (plain after a matmul).
+    memory src = value(s.src);
+    dnnl::softmax_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference,
+                                             s.algorithm, src.get_desc(), src.get_desc(), s.axis);
+    finish_step(s, dnnl::softmax_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
+  }
+
+  void build_layer_norm(const Step& s, float epsilon) {
+    memory src = as_layout(s.src, plain_desc(s.src_shape.to_dims()));
+    Dims channels = {s.src_shape.dims[s.src_shape.rank - 1]};
+    auto flags = dnnl::normalization_flags::none;
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}};
+    if (s.scale.kind != Operand::kNone) {
+      flags |= dnnl::normalization_flags::use_scale;
+      args[DNNL_ARG_SCALE] = channel_memory(s.scale, plain_desc(channels));
+    }
+    if (s.shift.kind != Operand::kNone) {
+      flags |= dnnl::normalization_flags::use_shift;
+      args[DNNL_ARG_SHIFT] = channel_memory(s.shift, plain_desc(channels));
+    }
+    dnnl::layer_normalization_forward::primitive_desc pd(
+        cpu_engine(), dnnl::prop_kind::forward_inference, src.get_desc(), src.get_desc(),
+        epsilon, flags);
+    finish_step(s, dnnl::layer_normalization_forward(pd), pd.dst_desc(), std::move(args));
   }
 
   void build_pool(const Step& s) {
     // Pooling reads its input in whatever layout it has and keeps it.
     memory src = value(s.src);
     dnnl::pooling_forward::primitive_desc pd(
-        cpu_engine(), dnnl::prop_kind::forward_inference, s.pooling, src.get_desc(),
+        cpu_engine(), dnnl::prop_kind::forward_inference, s.algorithm, src.get_desc(),
         any_desc(s.dst_shape.to_dims()), pair(s.strides), pair(s.kernel), pair(s.dilates),
         pair(s.pad_l), pair(s.pad_r));
     finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
@@ -377,6 +458,7 @@ class Region {
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
+  bool built_ = false;
   std::mutex mutex_;
 };
 
