@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Write real model architectures to ONNX, with seeded random weights, for benchmarks.
+
+    pip install -e '.[models]' && .venv/bin/python scripts/export_models.py
+    .venv/bin/python scripts/export_models.py --models bert-base resnet50 --out DIR --force
+
+Each model is built from its transformers config class (no download), seeded with
+`torch.manual_seed(0)`, put in eval mode and exported with the TorchScript exporter at opset 17,
+batch 1, fixed shapes. Only the main outputs are kept (last_hidden_state, and pooler_output where
+the model has one). Token models take int64 `input_ids` (ids in [0, vocab)) and `attention_mask`;
+image models take float32 `pixel_values` [1, 3, 224, 224]. A benchmark reads the inputs it needs
+from the graph. Existing files are kept unless --force.
+
+Two steps beyond a plain export: BatchNorm layers get scale 1, shift 0 and running statistics
+measured on random images (transformers' initialisation leaves MobileNetV2 and EfficientNet
+outputs at 1e-21 and 0, and their denormals make timings meaningless), and the constant
+subgraphs the exporter leaves (pads, attention masks) are folded with onnxscript, so that every
+tensor in the graph has a static shape.
+"""
+import argparse
+import logging
+import os
+import sys
+import time
+import warnings
+
+from tqdm import tqdm
+
+# This directory's profile.py would shadow the standard library's (torch imports cProfile).
+if os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+try:
+    import onnx
+    import onnxscript.optimizer
+    from onnxscript import ir
+    import torch
+    import transformers as tf
+except ImportError as e:
+    sys.exit(f"{e}: install the models extra: pip install -e '.[models]'")
+
+MAIN_OUTPUTS = ("last_hidden_state", "pooler_output")
+
+# name: (model class, config, input kind, sequence length or image side)
+MODELS = {
+    "bert-base": (tf.BertModel, tf.BertConfig(), "tokens", 128),
+    "distilbert": (tf.DistilBertModel, tf.DistilBertConfig(), "tokens", 128),
+    "gpt2": (tf.GPT2Model, tf.GPT2Config(use_cache=False), "tokens", 64),
+    "vit-b16": (tf.ViTModel, tf.ViTConfig(image_size=224, patch_size=16), "image", 224),
+    "convnext-t": (tf.ConvNextModel, tf.ConvNextConfig(), "image", 224),  # default is tiny
+    "resnet50": (tf.ResNetModel, tf.ResNetConfig(), "image", 224),  # default is ResNet-50
+    "mobilenetv2": (tf.MobileNetV2Model, tf.MobileNetV2Config(), "image", 224),  # 1.0, 224
+    # EfficientNetConfig() is B7 (600 px, width 2.0, depth 3.1); these are B0's values.
+    "efficientnet-b0": (tf.EfficientNetModel, tf.EfficientNetConfig(
+        image_size=224, width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280,
+        dropout_rate=0.2), "image", 224),
+}
+
+
+class MainOutputs(torch.nn.Module):
+    """Positional inputs in, the model's main output tensors out (a fixed, named tuple)."""
+
+    def __init__(self, model, input_names, output_names):
+        super().__init__()
+        self.model, self.input_names, self.output_names = model, input_names, output_names
+
+    def forward(self, *args):
+        out = self.model(**dict(zip(self.input_names, args)), return_dict=True)
+        return tuple(out[name] for name in self.output_names)
+
+
+def example_inputs(kind, size, config):
+    if kind == "image":
+        return {"pixel_values": torch.randn(1, 3, size, size)}
+    ids = torch.randint(0, config.vocab_size, (1, size), dtype=torch.int64)
+    # One padded position, so that tracing keeps the masking path rather than folding it away.
+    mask = torch.ones(1, size, dtype=torch.int64)
+    mask[0, -1] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def calibrate_batchnorm(model, size, batch=8):
+    """Give every BatchNorm PyTorch's initial scale and shift (1, 0) and running statistics
+    measured on one batch of random images, so that activations keep their size."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.reset_parameters()  # weight 1, bias 0, running statistics cleared
+        m.momentum = None  # a plain average over what it sees
+        m.train()
+    with torch.no_grad():
+        model(pixel_values=torch.randn(batch, 3, size, size))
+    model.eval()
+
+
+def fold_constants(path, output_shapes):
+    """Fold constant subgraphs in place; give graph outputs the shapes torch computed."""
+    # onnx.reference fails on BERT's token-type GatherElements; that node is simply kept.
+    logging.getLogger("onnxscript.optimizer").setLevel(logging.ERROR)
+    model = ir.from_proto(onnx.shape_inference.infer_shapes(onnx.load(path)))
+    onnxscript.optimizer.fold_constants(  # it keeps ConstantOfShape unless told
+        model, should_fold=lambda node: True if node.op_type == "ConstantOfShape" else None)
+    onnxscript.optimizer.remove_unused_nodes(model)
+    model = ir.to_proto(model)
+    del model.graph.value_info[:]  # shapes of before folding, some unknown: infer them again
+    model = onnx.shape_inference.infer_shapes(model)
+    for output, shape in zip(model.graph.output, output_shapes):
+        dims = output.type.tensor_type.shape.dim
+        del dims[:]
+        for size in shape:
+            dims.add().dim_value = size
+    onnx.save(model, path)
+
+
+def export(name, path):
+    cls, config, kind, size = MODELS[name]
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    if kind == "image":
+        calibrate_batchnorm(model, size)
+    inputs = example_inputs(kind, size, config)
+    with torch.no_grad():
+        out = model(**inputs, return_dict=True)
+    output_names = [k for k in MAIN_OUTPUTS if out.get(k) is not None]
+    wrapper = MainOutputs(model, list(inputs), output_names)
+    tmp = f"{path}.{os.getpid()}.tmp"  # same directory, so os.replace is atomic
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", "You are using the legacy TorchScript")
+            # Folded below; the mask code's indices are aranges, never negative.
+            warnings.filterwarnings("ignore", "Constant folding - Only steps=1")
+            warnings.filterwarnings("ignore", "Exporting aten::index operator")
+            torch.onnx.export(wrapper, tuple(inputs.values()), tmp, input_names=list(inputs),
+                              output_names=output_names, opset_version=17, dynamo=False)
+        fold_constants(tmp, [tuple(out[k].shape) for k in output_names])
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="build/models", help="output directory")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
+                        metavar="NAME", help=f"default all: {' '.join(MODELS)}")
+    parser.add_argument("--force", action="store_true", help="overwrite existing files")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    for name in tqdm(args.models, desc="export", unit="model"):
+        path = os.path.join(args.out, f"{name}.onnx")
+        if os.path.exists(path) and not args.force:
+            tqdm.write(f"{name:16} {path} exists, kept (--force to overwrite)")
+            continue
+        start = time.perf_counter()
+        export(name, path)
+        seconds = time.perf_counter() - start
+        size = os.path.getsize(path) / 2**20
+        tqdm.write(f"{name:16} {size:6.1f} MiB  exported in {seconds:5.1f} s  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
