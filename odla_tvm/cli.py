@@ -11,10 +11,16 @@ import sys
 from . import demo
 from .benchmark import LIGHT_MODELS
 from .bundle import export as export_bundle
-from .device import allocate_device, available_devices, get_device_info
+from .device import (
+    DEFAULT_PLUGIN,
+    allocate_device,
+    available_devices,
+    default_plugin_missing,
+    get_device_info,
+)
 from .executable import Executable, compile_computation, load_executable
 from .profiler import compare_to_unprofiled, profile_executable
-from .types import ODLA_API_VERSION, DeviceInfo, OdlaError, Status
+from .types import ODLA_API_VERSION, DeviceInfo, DeviceName, OdlaError, Status
 from .version import __version__
 
 
@@ -35,6 +41,11 @@ def info(_args) -> None:
         memory = get_device_info(device, DeviceInfo.TOTAL_MEMORY) / 2**30
         print(f"  {name.name} (index 0): {get_device_info(device, DeviceInfo.DEV_TYPE)}, "
               f"{memory:.1f} GiB, target {device.target.name}")
+        plugins = device.target.plugins
+        path = (f"{', '.join(plugins)} takes what it can, TVM compiles the rest" if plugins
+                else "TVM compiles everything")
+        missing = default_plugin_missing() if name == DeviceName.DEFAULT else None
+        print(f"    path: {path}" + (f" ({DEFAULT_PLUGIN} cannot run: {missing})" if missing else ""))
     print("targets:")
     for spec in targets.available_targets():
         print(f"  {spec.name}: {spec.target} ({spec.description})")

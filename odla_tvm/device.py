@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import platform
 import time
 
@@ -10,8 +11,38 @@ import targets
 from .types import DeviceInfo, DeviceName, OdlaError, Status, VendorName, checked, odla_enum
 from .version import __version__
 
-# ODLA device names this build can compile for, each with the target it uses.
-_DEVICE_TARGETS = {DeviceName.DEFAULT: "host-cpu", DeviceName.INTEL_X86: "host-cpu"}
+log = logging.getLogger(__name__)
+
+# ODLA device names this build compiles for with TVM alone, each with the target it uses.
+# DEFAULT is the fast path instead (see default_target).
+_DEVICE_TARGETS = {DeviceName.INTEL_X86: "host-cpu"}
+# The vendor plugin DEFAULT hands what it takes, wherever it can run (oneDNN's wheels are built
+# for x86-64 Linux): untuned TVM code is 20-300x slower than onnxruntime on real models.
+DEFAULT_PLUGIN = "onednn"
+_fallbacks_said: set[str] = set()
+
+
+def default_plugin_missing() -> str | None:
+    """Why DEFAULT cannot hand work to DEFAULT_PLUGIN here, or None when it can."""
+    if platform.machine() != "x86_64":
+        return f"{DEFAULT_PLUGIN} runs on x86-64 only, this machine is {platform.machine()}"
+    try:
+        targets.get_plugin(DEFAULT_PLUGIN).check_available()
+    except (KeyError, targets.PluginUnavailable) as err:
+        return str(err)
+    return None
+
+
+def default_target() -> targets.TargetSpec:
+    """DEFAULT's target: the host CPU with DEFAULT_PLUGIN taking what it takes, else (saying
+    why, once per reason) TVM's own build, as INTEL_X86 compiles."""
+    missing = default_plugin_missing()
+    if missing is None:
+        return targets.plugin_target(DEFAULT_PLUGIN)
+    if missing not in _fallbacks_said:
+        _fallbacks_said.add(missing)
+        log.warning("device DEFAULT compiles with TVM alone (as INTEL_X86): %s", missing)
+    return targets.get_target(_DEVICE_TARGETS[DeviceName.INTEL_X86])
 
 
 class Device:
@@ -43,10 +74,13 @@ def _plugin_devices() -> dict[DeviceName, targets.VendorPlugin]:
 
 
 def available_devices() -> list[DeviceName]:
-    return list(_DEVICE_TARGETS) + [d for d in _plugin_devices() if d not in _DEVICE_TARGETS]
+    return [DeviceName.DEFAULT, *_DEVICE_TARGETS] + [d for d in _plugin_devices()
+                                                     if d not in _DEVICE_TARGETS]
 
 
 def _device_target(device_name: DeviceName) -> targets.TargetSpec:
+    if device_name == DeviceName.DEFAULT:
+        return default_target()
     if device_name in _DEVICE_TARGETS:
         return targets.get_target(_DEVICE_TARGETS[device_name])
     plugin = _plugin_devices().get(device_name)

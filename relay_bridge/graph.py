@@ -6,7 +6,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from . import emitters  # noqa: F401  (registers every emitter)
+from . import composites, emitters  # noqa: F401  (emitters: registers every emitter)
 from .errors import LoweringError
 from .registry import EMITTERS
 
@@ -229,7 +229,7 @@ class GraphBuilder:
         mod = tvm.IRModule({"main": func, **functions})
         # Drops the kernels and functions of ops that the outputs do not need.
         mod = relax.transform.DeadCodeElimination(["main"])(mod)
-        mod = relax.transform.Normalize()(mod)
+        mod = composites.recognize(relax.transform.Normalize()(mod))
         if self._external_modules:
             mod = mod.with_attr("external_mods", list(self._external_modules))
         return relax.transform.ConvertToDataflow()(mod)

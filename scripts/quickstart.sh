@@ -3,6 +3,6 @@
 # a small CNN built through the ODLA API, compiled for this CPU, run and timed.
 set -e
 cd "$(dirname "$0")/.."
-EXTRAS=onednn . scripts/setup-venv.sh
+. scripts/setup-venv.sh
 .venv/bin/odla-tvm info
 .venv/bin/odla-tvm demo "$@"

@@ -13,7 +13,8 @@ one C++ function over targets/onednn/runtime.h: primitives and repacked weights 
 the first call and reused, intermediates stay in oneDNN's blocked layouts (see runtime.h).
 What it does not take runs as TVM's code in the same module.
 
-The library is oneDNN 3.2 built with GNU OpenMP, from PyPI: ``pip install 'odla-tvm[onednn]'``.
+The library is oneDNN 3.2 built with GNU OpenMP, from PyPI, part of odla-tvm's install on x86-64
+Linux (the DEFAULT device uses it there).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 CALLS_FUNCTION = "odla_onednn_calls"  # exported: how many regions oneDNN has run in the module
 PREFIX = sys.prefix  # where pip puts the onednn wheels' lib/ and include/
-INSTALL_HINT = ("pip install 'odla-tvm[onednn]' (onednn-cpu-gomp==2023.2.0 and "
-                "onednn-devel-cpu-gomp==2023.2.0)")
+INSTALL_HINT = ("pip install onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0 "
+                "(odla-tvm's own install brings them on x86-64 Linux)")
 
 
 def library_dir() -> str:
@@ -301,7 +302,7 @@ def _layer_norm_power_ok(context) -> bool:
     """The exporters' form squares by a power of exactly 2."""
     power = context.annotated_expr["squared"].args[1]
     return (_layer_norm_ok(context) and _is_constant(power) and _shape(power) == ()
-            and float(power.data.numpy()) == 2.0)
+            and float(power.value.numpy()) == 2.0)
 
 
 def _pool2d_pattern(op: str) -> PluginPattern:

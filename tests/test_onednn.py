@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import numpy as np
+import onnx
 import pytest
 
 import odla_tvm as odla
@@ -16,6 +17,7 @@ from odla_tvm import DeviceName, Status
 from odla_tvm import ElementType as E
 from odla_tvm import MemoryLayout as L
 from odla_tvm import ValueType as VT
+from odla_tvm.frontends.onnx import import_model
 from targets import onednn
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -53,7 +55,7 @@ def _run(build, inputs, device_name):
 
 def _check_against_tvm(build, inputs, expected_calls=1):
     """``build``'s computation through oneDNN matches TVM alone, and oneDNN's code ran."""
-    _, expected = _run(build, inputs, DeviceName.DEFAULT)
+    _, expected = _run(build, inputs, DeviceName.INTEL_X86)
     exe, outputs = _run(build, inputs, DeviceName.INTEL_DNNL)
     assert _oneDNN_calls(exe) == expected_calls
     for out, ref in zip(outputs, expected, strict=True):
@@ -314,7 +316,7 @@ def test_without_onednn_the_device_says_what_to_install_and_the_cpu_still_works(
     with pytest.raises(odla.OdlaError) as err:
         odla.allocate_device(device_name=DeviceName.INTEL_DNNL)
     assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE
-    assert "pip install 'odla-tvm[onednn]'" in str(err.value)
+    assert "pip install onednn-cpu-gomp==2023.2.0" in str(err.value)
     comp = odla.create_computation()
     a = odla.create_argument(VT(E.FLOAT32, (2, 3)), "a")
     odla.set_value_as_output(odla.relu(a))
@@ -343,3 +345,278 @@ def test_onednn_ops_item_keeps_the_other_kinds_with_tvm():
     assert err.value.status == Status.INVALID_PARAM
     assert "['conv2d', 'matmul', 'pool', 'concat', 'softmax', 'layer_norm']" in str(err.value)
     assert "lstm" in str(err.value)
+
+
+# (left shape, right shape, right a constant, right transposed (its last two axes swapped))
+MATMULS = [
+    ((2, 5, 8), (8, 6), True, False),             # a linear layer on a sequence
+    ((1, 3, 4, 8), (16, 8), True, True),          # weights stored (N, K), as Gemm's transB
+    ((2, 3, 5, 8), (2, 3, 8, 7), False, False),   # attention's P.V
+    ((1, 4, 6, 8), (1, 1, 8, 6), False, False),   # batch axes broadcast
+    ((3, 4, 5), (3, 6, 5), False, True),          # attention's Q.K^T
+]
+
+
+def _dims(value):
+    return tuple(odla.get_value_type(value).shape)
+
+
+# Elementwise tails fused after a matmul: each takes the product and returns the result.
+MATMUL_TAILS = {
+    "plain": lambda y, rng: y,
+    "bias_gelu": lambda y, rng: odla.gelu(odla.add(y, _constant(_randn(rng, _dims(y)[-1])))),
+    "scale_mask_add": lambda y, rng: odla.add(
+        odla.div(y, _constant(np.float32(2.5))),
+        _constant(_randn(rng, *(1,) * (len(_dims(y)) - 1), _dims(y)[-1]))),
+    "gelu_tanh_residual": lambda y, rng: odla.add(odla.gelu(y, True),
+                                                  _constant(_randn(rng, *_dims(y)))),
+    "clamp_sigmoid": lambda y, rng: odla.sigmoid(odla.clamp(y, -0.5, 6.0)),
+    "swish_tanh": lambda y, rng: odla.tanh(odla.mul(y, odla.sigmoid(y))),
+}
+
+
+@needs_onednn
+@pytest.mark.parametrize("left, right, constant, transposed", MATMULS)
+@pytest.mark.parametrize("tail", list(MATMUL_TAILS))
+def test_matmul_of_any_rank_with_fused_tail_matches_tvm(left, right, constant, transposed, tail):
+    seed = len(left) * 7 + len(tail)
+    rng = np.random.default_rng(seed)
+    a = _randn(rng, *left)
+    b = _randn(rng, *right, scale=0.5)
+
+    def build():  # the same constants on each device
+        x = odla.create_argument(VT(E.FLOAT32, left), "a")
+        w = _constant(b) if constant else odla.create_argument(VT(E.FLOAT32, right), "b")
+        y = odla.batch_mat_mul(x, False, w, transposed)
+        odla.set_value_as_output(MATMUL_TAILS[tail](y, np.random.default_rng(seed)))
+
+    _check_against_tvm(build, {"a": a} if constant else {"a": a, "b": b})
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape, axis", [((2, 3, 5), -1), ((2, 3, 5), 1), ((4, 6), 0),
+                                         ((1, 2, 3, 9), 3)])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_on_any_axis_matches_tvm(shape, axis, op):
+    x = _randn(np.random.default_rng(3), *shape, scale=3.0)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, shape), "x")
+        odla.set_value_as_output(getattr(odla, op)(a, axis))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(2, 7, 16), (1, 5, 32), (3, 8)])
+@pytest.mark.parametrize("affine", ["scale_offset", "scale", "none"])
+def test_layer_norm_matches_tvm(shape, affine):
+    x = _randn(np.random.default_rng(0), *shape, scale=2.0) + 1.0
+
+    def build():  # the same constants on each device
+        rng = np.random.default_rng(shape[-1])
+        a = odla.create_argument(VT(E.FLOAT32, shape), "x")
+        scale = _constant(_randn(rng, shape[-1])) if "scale" in affine else None
+        offset = _constant(_randn(rng, shape[-1])) if "offset" in affine else None
+        odla.set_value_as_output(odla.layer_norm(a, 1, (-1,), 1e-5, scale, offset))
+
+    _check_against_tvm(build, {"x": x})
+
+
+def _onnx_model(path, nodes, inputs, outputs, initializers):
+    """An opset-17 ONNX model of ``nodes`` written to ``path``; inputs and outputs are
+    (name, shape) pairs of float32 tensors; initializers name -> array, kept in its dtype
+    (float64 ones as float32)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def tensor(name, value):
+        value = np.asarray(value)
+        return numpy_helper.from_array(value.astype(np.float32) if value.dtype.kind == "f"
+                                       else value, name)
+
+    graph = helper.make_graph(
+        nodes, "block",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        [tensor(n, v) for n, v in initializers.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def _against_onnxruntime(path, feeds, device_name=DeviceName.DEFAULT):
+    """A Session of the ONNX file ``path`` on ``device_name``, its outputs checked against
+    onnxruntime's."""
+    import onnxruntime
+
+    expected = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    session = odla.Session.from_onnx(path, odla.allocate_device(device_name=device_name))
+    outputs = session.run(feeds)
+    for out, ref in zip(outputs, expected, strict=True):
+        assert out.shape == ref.shape and out.dtype == ref.dtype
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+    return session
+
+
+def _bert_block(path, rng, seq, hidden, heads):
+    """One BERT encoder layer as torch.onnx writes it at opset 17: multi-head self-attention
+    with a padding mask, residual adds, LayerNormalization, a GELU MLP written out with Erf."""
+    from onnx import helper
+
+    size = hidden // heads
+    weights = {name: _randn(rng, *shape, scale=0.2) for name, shape in
+               [("Wq", (hidden, hidden)), ("Wk", (hidden, hidden)), ("Wv", (hidden, hidden)),
+                ("Wo", (hidden, hidden)), ("W1", (hidden, 4 * hidden)),
+                ("W2", (4 * hidden, hidden))]}
+    weights.update({f"b{n}": _randn(rng, hidden) for n in "qkvo2"})
+    weights.update(
+        b1=_randn(rng, 4 * hidden), g1=_randn(rng, hidden), o1=_randn(rng, hidden),
+        g2=_randn(rng, hidden), o2=_randn(rng, hidden),
+        mask=np.where(np.arange(seq) < seq - 3, 0.0, -1e4).reshape(1, 1, 1, seq),
+        scale=np.sqrt(size), sqrt2=np.sqrt(2), one=1.0, half=0.5,
+        split=np.array([1, seq, heads, size], np.int64), merge=np.array([1, seq, hidden], np.int64))
+    node = helper.make_node
+    nodes = []
+    for n in "qkv":
+        nodes += [node("MatMul", ["x", f"W{n}"], [f"{n}m"]),
+                  node("Add", [f"{n}m", f"b{n}"], [f"{n}a"]),
+                  node("Reshape", [f"{n}a", "split"], [f"{n}r"]),
+                  node("Transpose", [f"{n}r"], [f"{n}h"], perm=[0, 2, 1, 3])]
+    nodes += [node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+              node("MatMul", ["qh", "kt"], ["s"]), node("Div", ["s", "scale"], ["ss"]),
+              node("Add", ["ss", "mask"], ["sm"]), node("Softmax", ["sm"], ["p"], axis=-1),
+              node("MatMul", ["p", "vh"], ["c"]),
+              node("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]),
+              node("Reshape", ["ct", "merge"], ["cm"]),
+              node("MatMul", ["cm", "Wo"], ["om"]), node("Add", ["om", "bo"], ["oa"]),
+              node("Add", ["oa", "x"], ["r1"]),
+              node("LayerNormalization", ["r1", "g1", "o1"], ["n1"], epsilon=1e-12),
+              node("MatMul", ["n1", "W1"], ["f1"]), node("Add", ["f1", "b1"], ["f1b"]),
+              node("Div", ["f1b", "sqrt2"], ["gd"]), node("Erf", ["gd"], ["ge"]),
+              node("Add", ["ge", "one"], ["g1p"]), node("Mul", ["f1b", "g1p"], ["gm"]),
+              node("Mul", ["gm", "half"], ["gelu"]),
+              node("MatMul", ["gelu", "W2"], ["f2"]), node("Add", ["f2", "b2"], ["f2b"]),
+              node("Add", ["f2b", "n1"], ["r2"]),
+              node("LayerNormalization", ["r2", "g2", "o2"], ["y"], epsilon=1e-12)]
+    return _onnx_model(path, nodes, [("x", (1, seq, hidden))], [("y", (1, seq, hidden))],
+                       weights)
+
+
+@needs_onednn
+@pytest.mark.parametrize("seq, hidden, heads", [(12, 32, 4), (7, 48, 3)])
+def test_bert_like_block_runs_on_onednn_by_default_and_matches_onnxruntime(
+        tmp_path, seq, hidden, heads):
+    """Attention (Q.K^T and P.V on computed operands, the mask and softmax), layer norms and
+    the GELU MLP all go to oneDNN on the DEFAULT device; reshapes and transposes stay with
+    TVM."""
+    rng = np.random.default_rng(seq)
+    path = _bert_block(tmp_path / "block.onnx", rng, seq, hidden, heads)
+    session = _against_onnxruntime(path, {"x": _randn(rng, 1, seq, hidden)})
+    regions = session.executable.module.vendor_regions
+    assert _oneDNN_calls(session.executable) == len(regions) >= 1
+    taken = " ".join(regions)
+    for op in ("nn_softmax", "nn_gelu", "rsqrt", "matmul"):
+        assert op in taken, (op, regions)
+    assert "erf" not in taken  # recognized as one GELU
+
+
+def test_gelu_written_out_is_recognized_as_one_op(tmp_path):
+    """torch.onnx's erf GELU and GPT-2's tanh GELU each become one relax GELU op, and the
+    results still match onnxruntime on TVM alone."""
+    from onnx import helper
+
+    node = helper.make_node
+    nodes = [node("Div", ["x", "sqrt2"], ["d"]), node("Erf", ["d"], ["e"]),
+             node("Add", ["e", "one"], ["e1"]), node("Mul", ["x", "e1"], ["m"]),
+             node("Mul", ["m", "half"], ["erf_gelu"]),
+             node("Mul", ["x", "half"], ["hx"]), node("Pow", ["x", "three"], ["x3"]),
+             node("Mul", ["x3", "cubic"], ["cx"]), node("Add", ["x", "cx"], ["inner"]),
+             node("Mul", ["inner", "scale"], ["si"]), node("Tanh", ["si"], ["t"]),
+             node("Add", ["t", "one"], ["t1"]), node("Mul", ["hx", "t1"], ["tanh_gelu"])]
+    constants = dict(sqrt2=np.sqrt(2), one=1.0, half=0.5, three=3.0, cubic=0.044715,
+                     scale=np.sqrt(2 / np.pi))
+    path = _onnx_model(tmp_path / "gelu.onnx", nodes, [("x", (3, 17))],
+                       [("erf_gelu", (3, 17)), ("tanh_gelu", (3, 17))], constants)
+    x = _randn(np.random.default_rng(5), 3, 17, scale=3.0)
+    _against_onnxruntime(path, {"x": x}, DeviceName.INTEL_X86)
+    module = import_model(path).build_module().script()
+    assert "R.nn.gelu(" in module and "R.nn.gelu_tanh(" in module
+    assert "R.erf" not in module and "R.tanh" not in module
+
+
+@needs_onednn
+def test_exporters_layer_norm_form_goes_to_onednn(tmp_path):
+    """Below opset 17 exporters write layer norm as ReduceMean, Sub, Pow, ReduceMean, Add,
+    Sqrt, Div, Mul, Add: one oneDNN layer norm."""
+    from onnx import helper
+
+    node = helper.make_node
+    rng = np.random.default_rng(9)
+    nodes = [node("ReduceMean", ["x"], ["m"], axes=[-1]), node("Sub", ["x", "m"], ["c"]),
+             node("Pow", ["c", "two"], ["c2"]), node("ReduceMean", ["c2"], ["v"], axes=[-1]),
+             node("Add", ["v", "eps"], ["ve"]), node("Sqrt", ["ve"], ["sd"]),
+             node("Div", ["c", "sd"], ["n"]), node("Mul", ["n", "g"], ["ng"]),
+             node("Add", ["ng", "b"], ["y"])]
+    path = _onnx_model(tmp_path / "ln.onnx", nodes, [("x", (2, 5, 24))], [("y", (2, 5, 24))],
+                       dict(two=2.0, eps=1e-5, g=_randn(rng, 24), b=_randn(rng, 24)))
+    session = _against_onnxruntime(path, {"x": _randn(rng, 2, 5, 24, scale=2.0)})
+    assert _oneDNN_calls(session.executable) == 1
+    (region,) = session.executable.module.vendor_regions
+    assert "sqrt" in region and "power" in region
+
+
+@needs_onednn
+def test_depthwise_cnn_runs_on_onednn_by_default_and_matches_onnxruntime(tmp_path):
+    """A MobileNetV2-like block: expansion 1x1 conv with ReLU6 (a clamp), depthwise 3x3
+    stride 2 with asymmetric padding, projection 1x1 conv, a swish head, global average pool,
+    a classifier Gemm."""
+    from onnx import helper
+
+    node = helper.make_node
+    rng = np.random.default_rng(11)
+    weights = dict(w1=_randn(rng, 24, 8, 1, 1, scale=0.3), b1=_randn(rng, 24),
+                   dw=_randn(rng, 24, 1, 3, 3, scale=0.3), w2=_randn(rng, 16, 24, 1, 1, scale=0.3),
+                   fc=_randn(rng, 10, 16, scale=0.3), fb=_randn(rng, 10),
+                   lo=np.float32(0), hi=np.float32(6))
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"]), node("Clip", ["c1", "lo", "hi"], ["r1"]),
+             node("Conv", ["r1", "dw"], ["c2"], group=24, strides=[2, 2], pads=[0, 0, 1, 1]),
+             node("Clip", ["c2", "lo", "hi"], ["r2"]), node("Conv", ["r2", "w2"], ["c3"]),
+             node("Sigmoid", ["c3"], ["s3"]), node("Mul", ["c3", "s3"], ["sw"]),
+             node("GlobalAveragePool", ["sw"], ["gp"]), node("Flatten", ["gp"], ["fl"]),
+             node("Gemm", ["fl", "fc", "fb"], ["y"], transB=1)]
+    path = _onnx_model(tmp_path / "dw.onnx", nodes, [("x", (1, 8, 15, 15))], [("y", (1, 10))],
+                       weights)
+    session = _against_onnxruntime(path, {"x": _randn(rng, 1, 8, 15, 15)})
+    taken = " ".join(session.executable.module.vendor_regions)
+    assert _oneDNN_calls(session.executable) >= 1 and taken.count("conv2d") == 3
+    assert "sigmoid" in taken and "maximum" in taken
+
+
+def test_default_device_without_onednn_falls_back_to_tvm_saying_why(monkeypatch, caplog):
+    """With oneDNN hidden, DEFAULT compiles with TVM alone (as INTEL_X86) and logs why once."""
+    from odla_tvm import device as device_module
+
+    monkeypatch.setattr(onednn, "PREFIX", "/nonexistent")
+    monkeypatch.setattr(device_module, "_fallbacks_said", set())
+    with caplog.at_level("WARNING", logger="odla_tvm.device"):
+        first = odla.allocate_device()
+        second = odla.allocate_device()
+    assert first.target.plugins == () and first.target.name == "host-cpu"
+    assert second.target == first.target
+    said = [r.getMessage() for r in caplog.records if r.name == "odla_tvm.device"]
+    assert len(said) == 1 and "TVM alone" in said[0] and "dnnl.hpp" in said[0], said
+    comp = odla.create_computation()
+    a = odla.create_argument(VT(E.FLOAT32, (2, 3)), "a")
+    odla.set_value_as_output(odla.sigmoid(a))
+    exe = odla.compile_computation(comp, first)
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(odla.Session(exe).run({"a": x})[0], 1 / (1 + np.exp(-x)),
+                               rtol=1e-6)
+    assert exe.module.vendor_regions == []
+
+
+@needs_onednn
+def test_default_device_is_onednn_where_it_runs():
+    device = odla.allocate_device()
+    assert device.target.plugins == ("onednn",)
+    assert odla.allocate_device(device_name=DeviceName.INTEL_X86).target.plugins == ()

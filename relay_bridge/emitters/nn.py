@@ -236,7 +236,8 @@ def hard_swish(emit, x):
 
 @register("Swish")
 def swish(emit, x, *, alpha):
-    return R.multiply(x, emit(R.sigmoid(emit(R.multiply(x, _const(x, alpha))))))
+    scaled = x if alpha == 1.0 else emit(R.multiply(x, _const(x, alpha)))
+    return R.multiply(x, emit(R.sigmoid(scaled)))
 
 
 @register("Selu")

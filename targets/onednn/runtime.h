@@ -251,8 +251,8 @@ class Region {
         case PostOp::kResidual:  // dst holds the residual when the step runs: see destination()
           ops.append_sum(1.f);
           break;
-        case PostOp::kEltwise:
-          ops.append_eltwise(op.algorithm, 0.f, 0.f);
+        case PostOp::kEltwise:  // alpha: ReLU's negative slope 0, swish's x * sigmoid(1 * x)
+          ops.append_eltwise(op.algorithm, op.algorithm == dnnl::algorithm::eltwise_swish, 0.f);
           break;
         case PostOp::kBinary: {
           memory::desc operand = plain_desc(op.shape.to_dims());

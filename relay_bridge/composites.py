@@ -1,0 +1,96 @@
+"""Ops that exporters write out elementwise, recognized once and put back as one Relax op:
+GELU as torch.onnx writes it below opset 20 (erf form, x * 0.5 * (1 + erf(x / sqrt 2))) and as
+GPT-2's tanh approximation (0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))). One op
+is one kernel for TVM and one post-op for a vendor library, where five to nine ops were five
+to nine kernels or cut a vendor region. Layer norm is recognized by the vendor patterns
+themselves, which keep the bridge's two-pass lowering of it for TVM."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+_SQRT2 = math.sqrt(2.0)
+_TANH_SCALE = math.sqrt(2.0 / math.pi)
+
+
+def _scalar(expr) -> float | None:
+    """The value of a float scalar constant (of any rank-0 or single-element shape), else None."""
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        return None
+    data = expr.value.numpy()
+    if data.size != 1 or data.dtype.kind != "f":
+        return None
+    return float(data.reshape(()))
+
+
+def _close(value: float | None, expected: float) -> bool:
+    return value is not None and abs(value - expected) <= 1e-4 * max(1.0, abs(expected))
+
+
+class _Gelu:
+    """One recognized form: a pattern over ``x`` and the constants it must hold."""
+
+    def __init__(self, pattern, constants: dict, approximate: bool, x):
+        self.pattern, self.constants, self.approximate, self.x = pattern, constants, approximate, x
+
+    def rewrite(self, call: relax.Call, matches) -> relax.Expr:
+        if not all(_close(_scalar(matches[p]), v) for p, v in self.constants.items()):
+            return call
+        x = matches[self.x]
+        return relax.op.nn.gelu_tanh(x) if self.approximate else relax.op.nn.gelu(x)
+
+
+def _erf_forms() -> list[_Gelu]:
+    """x * (1 + erf(x / sqrt 2)) * 0.5 and (x * 0.5) * (1 + erf(x * (1 / sqrt 2))), each
+    product in either order (DFPattern matches commutative ops both ways)."""
+    forms = []
+    for scaled_by in ("divide", "multiply"):
+        x, inner, one, half = wildcard(), is_const(), is_const(), is_const()
+        erf = is_op("relax.erf")(is_op(f"relax.{scaled_by}")(x, inner))
+        plus_one = is_op("relax.add")(erf, one)
+        inner_value = _SQRT2 if scaled_by == "divide" else 1 / _SQRT2
+        constants = {inner: inner_value, one: 1.0, half: 0.5}
+        halved_last = is_op("relax.multiply")(is_op("relax.multiply")(x, plus_one), half)
+        halved_first = is_op("relax.multiply")(is_op("relax.multiply")(x, half), plus_one)
+        forms += [_Gelu(halved_last, constants, False, x), _Gelu(halved_first, constants, False, x)]
+    return forms
+
+
+def _tanh_forms() -> list[_Gelu]:
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))."""
+    x, three, cubic, scale, one, half = (wildcard(), is_const(), is_const(), is_const(),
+                                         is_const(), is_const())
+    inner = is_op("relax.add")(x, is_op("relax.multiply")(is_op("relax.power")(x, three), cubic))
+    plus_one = is_op("relax.add")(is_op("relax.tanh")(is_op("relax.multiply")(inner, scale)), one)
+    constants = {three: 3.0, cubic: 0.044715, scale: _TANH_SCALE, one: 1.0, half: 0.5}
+    return [_Gelu(is_op("relax.multiply")(is_op("relax.multiply")(x, half), plus_one),
+                  constants, True, x),
+            _Gelu(is_op("relax.multiply")(is_op("relax.multiply")(x, plus_one), half),
+                  constants, True, x)]
+
+
+@cache
+def _forms() -> list[_Gelu]:
+    return _erf_forms() + _tanh_forms()
+
+
+def recognize_gelu(func: relax.Function) -> relax.Function:
+    """``func`` with every float32 GELU written out elementwise as one relax.nn.gelu (or
+    gelu_tanh) call; an unmatched or differently-valued chain stays as it is."""
+    for form in _forms():
+        func = relax.dpl.rewrite_call(form.pattern, form.rewrite, func)
+    return func
+
+
+def recognize(mod: tvm.IRModule) -> tvm.IRModule:
+    """``recognize_gelu`` on every Relax function of ``mod``."""
+    updated = {gv: recognize_gelu(f) for gv, f in mod.functions.items()
+               if isinstance(f, relax.Function)}
+    for gv, func in updated.items():
+        mod[gv] = func
+    return mod
