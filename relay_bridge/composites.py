@@ -1,9 +1,11 @@
-"""Ops that exporters write out elementwise, recognized once and put back as one Relax op:
+"""Ops that exporters write out in pieces, recognized once and put back as one Relax op:
 GELU as torch.onnx writes it below opset 20 (erf form, x * 0.5 * (1 + erf(x / sqrt 2))) and as
-GPT-2's tanh approximation (0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))). One op
-is one kernel for TVM and one post-op for a vendor library, where five to nine ops were five
-to nine kernels or cut a vendor region. Layer norm is recognized by the vendor patterns
-themselves, which keep the bridge's two-pass lowering of it for TVM."""
+GPT-2's tanh approximation (0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))), and a
+zero Pad before a convolution (TensorFlow-style "same" padding, as MobileNet exports carry)
+as the convolution's own padding. One op is one kernel for TVM and one post-op for a vendor
+library, where five to nine ops were five to nine kernels or cut a vendor region. Layer norm
+is recognized by the vendor patterns themselves, which keep the bridge's two-pass lowering of
+it for TVM."""
 
 from __future__ import annotations
 
@@ -87,9 +89,46 @@ def recognize_gelu(func: relax.Function) -> relax.Function:
     return func
 
 
+def _spatial_pads(pad: relax.Call, layout: str) -> tuple[int, int, int, int] | None:
+    """A zero constant pad's widths on a 2-d convolution's (top, left, bottom, right), or None
+    when it pads anything else (batch, channels) or pads with another value or mode."""
+    attrs = pad.attrs
+    if attrs.pad_mode != "constant" or float(attrs.pad_value) != 0.0 or len(layout) != 4:
+        return None
+    widths = [int(w) for w in attrs.pad_width]
+    height, width = layout.index("H"), layout.index("W")
+    if any(widths[2 * a] or widths[2 * a + 1] for a in range(4) if a not in (height, width)):
+        return None
+    return (widths[2 * height], widths[2 * width], widths[2 * height + 1], widths[2 * width + 1])
+
+
+def _conv_of_pad():
+    x, weights = wildcard(), wildcard()
+    pad = is_op("relax.nn.pad")(x)
+    conv = is_op("relax.nn.conv2d")(pad, weights)
+
+    def rewrite(call: relax.Call, matches) -> relax.Expr:
+        attrs = call.attrs
+        widths = _spatial_pads(matches[pad], attrs.data_layout)
+        if widths is None:
+            return call
+        padding = [int(p) + w for p, w in zip(attrs.padding, widths)]
+        return relax.op.nn.conv2d(matches[x], matches[weights], attrs.strides, padding,
+                                  attrs.dilation, attrs.groups, attrs.data_layout,
+                                  attrs.kernel_layout, attrs.out_layout, attrs.out_dtype)
+
+    return conv, rewrite
+
+
+def fold_pads(func: relax.Function) -> relax.Function:
+    """``func`` with each zero spatial Pad feeding a 2-d convolution folded into its padding
+    (a pad that other ops also read stays for them)."""
+    return relax.dpl.rewrite_call(*_conv_of_pad(), func)
+
+
 def recognize(mod: tvm.IRModule) -> tvm.IRModule:
-    """``recognize_gelu`` on every Relax function of ``mod``."""
-    updated = {gv: recognize_gelu(f) for gv, f in mod.functions.items()
+    """``recognize_gelu`` and ``fold_pads`` on every Relax function of ``mod``."""
+    updated = {gv: fold_pads(recognize_gelu(f)) for gv, f in mod.functions.items()
                if isinstance(f, relax.Function)}
     for gv, func in updated.items():
         mod[gv] = func

@@ -153,6 +153,9 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
         override=True)
     if plugin.prepare is not None:
         mod = plugin.prepare(mod)
+    # Folded first, so that weights and biases computed from constants (a reshape of a bias,
+    # a batch norm's factors) reach the patterns as the constants they are.
+    mod = relax.transform.FoldConstant()(mod)
     return tvm.transform.Sequential([
         relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns(mine)],
                                          bind_constants=False),

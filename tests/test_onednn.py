@@ -620,3 +620,38 @@ def test_default_device_is_onednn_where_it_runs():
     device = odla.allocate_device()
     assert device.target.plugins == ("onednn",)
     assert odla.allocate_device(device_name=DeviceName.INTEL_X86).target.plugins == ()
+
+
+@pytest.mark.parametrize("pads, conv_pads", [((0, 0, 0, 1, 0, 0, 0, 1), (0, 0, 0, 0)),
+                                             ((0, 0, 1, 1, 0, 0, 1, 1), (1, 0, 1, 0)),
+                                             ((0, 0, 0, 0, 0, 0, 0, 0), (0, 0, 0, 0))])
+def test_zero_pad_before_a_conv_is_folded_into_its_padding(tmp_path, pads, conv_pads):
+    """TensorFlow-style "same" padding as MobileNet exports write it (a Pad node, often
+    asymmetric) becomes the convolution's own padding: no pad kernel, the same numbers."""
+    from onnx import helper
+
+    node = helper.make_node
+    rng = np.random.default_rng(2)
+    nodes = [node("Pad", ["x", "pads"], ["p"]),
+             node("Conv", ["p", "w"], ["y"], strides=[2, 2], pads=list(conv_pads))]
+    height = 9 + pads[2] + pads[6] + conv_pads[0] + conv_pads[2]
+    width = 9 + pads[3] + pads[7] + conv_pads[1] + conv_pads[3]
+    out = (1, 6, (height - 3) // 2 + 1, (width - 3) // 2 + 1)
+    path = _onnx_model(tmp_path / "pad.onnx", nodes, [("x", (1, 4, 9, 9))], [("y", out)],
+                       dict(pads=np.array(pads, np.int64), w=_randn(rng, 6, 4, 3, 3)))
+    module = import_model(path).build_module().script()
+    assert "R.nn.pad" not in module and "R.nn.conv2d" in module
+    _against_onnxruntime(path, {"x": _randn(rng, 1, 4, 9, 9)}, DeviceName.INTEL_X86)
+
+
+def test_a_pad_with_another_value_stays_a_pad(tmp_path):
+    from onnx import helper
+
+    node = helper.make_node
+    rng = np.random.default_rng(4)
+    nodes = [node("Pad", ["x", "pads", "one"], ["p"]), node("Conv", ["p", "w"], ["y"])]
+    path = _onnx_model(tmp_path / "pad.onnx", nodes, [("x", (1, 4, 6, 6))], [("y", (1, 6, 5, 5))],
+                       dict(pads=np.array([0, 0, 1, 1, 0, 0, 0, 0], np.int64), one=1.0,
+                            w=_randn(rng, 6, 4, 3, 3)))
+    assert "R.nn.pad" in import_model(path).build_module().script()
+    _against_onnxruntime(path, {"x": _randn(rng, 1, 4, 6, 6)}, DeviceName.INTEL_X86)
