@@ -115,21 +115,26 @@ def bench(args) -> None:
 
     from . import benchmark
 
-    # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet.
+    models = benchmark.model_files(args.files, args.models or ([] if args.files else LIGHT_MODELS))
+    # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet
+    # (each path's own process gets it too).
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     started, load = time.monotonic(), os.getloadavg()[0]
-    results = benchmark.bench_light_models(
-        args.models, args.threads, args.runs, args.cache_dir,
+    results = benchmark.bench_models(
+        models, args.threads, args.runs, args.cache_dir, args.batch,
         on_result=lambda result: print(result.summary(), flush=True))
     overhead = benchmark.call_overhead()
-    text = benchmark.report(results, overhead, args.threads, time.monotonic() - started,
-                            (load, os.getloadavg()[0]), args.cache_dir)
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    chart_path = os.path.splitext(args.output)[0] + ".png"
+    why_no_chart = benchmark.chart(results, chart_path, args.threads)
+    text = benchmark.report(results, overhead, args.threads, time.monotonic() - started,
+                            (load, os.getloadavg()[0]), args.cache_dir,
+                            None if why_no_chart else os.path.basename(chart_path), why_no_chart)
     with open(args.output, "w") as f:
         f.write(text)
     print(text)
-    print(f"written to {args.output}")
+    print(f"written to {args.output}" + ("" if why_no_chart else f" and {chart_path}"))
 
 
 def main(argv=None) -> int:
@@ -174,14 +179,22 @@ def main(argv=None) -> int:
     tune_parser.add_argument("--cache-dir", help="where tuning databases live (default "
                              "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
     bench_parser = commands.add_parser(
-        "bench", help="time onnx's light CNNs on ODLA-TVM (untuned, tuned) and onnxruntime, and "
-        "ODLA's cost per call; write docs/perf.md")
-    bench_parser.add_argument("--models", nargs="+", default=list(LIGHT_MODELS),
-                              help=f"light models to time (default all: {' '.join(LIGHT_MODELS)})")
+        "bench", help="time ONNX models (default: onnx's light CNNs) on odla-tvm's default "
+        "device, the pure-TVM build, onnxruntime and OpenVINO, each in its own process; write "
+        "docs/perf.md and docs/perf.png")
+    bench_parser.add_argument("files", nargs="*", metavar="MODEL.onnx",
+                              help="ONNX models to time (fixed input dims but the batch)")
+    bench_parser.add_argument("--models", nargs="+", metavar="NAME",
+                              help="light models to time (default, without MODEL.onnx files, "
+                              f"all: {' '.join(LIGHT_MODELS)})")
     bench_parser.add_argument("--threads", type=int, default=2)
-    bench_parser.add_argument("--runs", type=int, default=5, help="timed runs per path")
-    bench_parser.add_argument("--cache-dir", help="where the tuning database is (as for tune)")
-    bench_parser.add_argument("-o", "--output", default=os.path.join("docs", "perf.md"))
+    bench_parser.add_argument("--runs", type=int, default=5, help="timed runs per path (>= 3)")
+    bench_parser.add_argument("--batch", type=int, default=1,
+                              help="the size of a symbolic first input dim")
+    bench_parser.add_argument("--cache-dir", help="where the tuning database of the tuned "
+                              "column is (as for tune); the other paths use no records")
+    bench_parser.add_argument("-o", "--output", default=os.path.join("docs", "perf.md"),
+                              help="the report; the chart goes beside it as .png")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

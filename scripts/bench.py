@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Time onnx's light CNNs on ODLA-TVM (untuned, tuned) and onnxruntime, and ODLA's cost per
-call, and write docs/perf.md: the same as `odla-tvm bench`.
+"""Time ONNX models (default: onnx's nine light CNNs) on odla-tvm's default device, the
+pure-TVM build, onnxruntime and OpenVINO (the `bench` extra), each path in its own process,
+and ODLA's cost per call; write docs/perf.md and the chart docs/perf.png: the same as
+`odla-tvm bench`.
 
-    scripts/bench.py [--models resnet50 squeezenet ...] [--threads 2] [--runs 5] [-o docs/perf.md]
+    scripts/bench.py [MODEL.onnx ...] [--models resnet50 squeezenet ...] [--threads 2]
+                     [--runs 5] [--batch 1] [--cache-dir DIR] [-o docs/perf.md]
+    scripts/bench.py build/models/*.onnx     # the real models of scripts/export_models.py
 """
 import sys
 

@@ -19,8 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 import targets
 from odla_tvm import Status
+from odla_tvm import benchmark
 from odla_tvm.benchmark import (
-    ModelTimes,
+    ModelResult,
+    PathResult,
     bench_light_models,
     call_overhead,
     latency_in_turns,
@@ -264,16 +266,32 @@ def test_overhead_and_report():
     assert list(overhead) == ["bare VM call", "CompiledModule.run", "launch_executable",
                               "Session.run"]
     assert all(us > 0 for us in overhead.values())
-    rows = [ModelTimes("resnet50", 2.0, 0.5, 0.1, 40, 60, 300, 4.0, 5, True, onednn_s=0.11),
-            ModelTimes("vgg19", error="RuntimeError: out of memory")]
+    tuned = ModelResult("resnet50", "light_resnet50.onnx", {
+        "default": PathResult(0.11, 5), "tvm": PathResult(2.0, 3),
+        "onnxruntime": PathResult(0.1, 5),
+        "tuned": PathResult(0.05, 5, match=True)}, 40, 60, 300, 4.0)
+    rows = [tuned, ModelResult("vgg19", error="RuntimeError: out of memory")]
     text = report(rows, overhead, 2, 60, (1.5, 2.5), "docs/perf-cache")
     assert "host-cpu tuning database in `docs/perf-cache`" in text
-    assert ("| resnet50 | 2000.0 | 500.0 | 110.0 | 100.0 | 20.00x | 5.00x | 1.10x | 40 of 60 | "
-            "300 trials, 4.0 min" in text)
+    assert "| resnet50 | 50.0 | 0.50x | 40 of 60 | 300 trials, 4.0 min | yes |" in text
+    assert "| resnet50 | 110.0 | 2000.0 | 100.0 | - | 1.10x | 20.00x | - |" in text
     assert "| vgg19 | failed: RuntimeError: out of memory" in text
-    assert "Not met for resnet50" in text and "over the bare VM call" in text
-    assert "resnet50 through oneDNN, untuned, at most 1.2x onnxruntime: met (1.10x)" in text
+    assert "Goal: tuned at most 1.0x onnxruntime on resnet50: met." in text
+    assert "over the bare VM call" in text
     assert "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
+
+
+def test_bench_times_the_tuned_build_where_records_apply(tuned, monkeypatch):
+    model, cache, _, _ = tuned
+    monkeypatch.setattr(benchmark, "openvino_missing", lambda: "not wanted here")
+    result = benchmark.bench_model("conv_relu", model, runs=3, cache_dir=cache, seconds=0.05)
+    assert not result.error, result.error
+    assert result.paths["tuned"].match and result.paths["tuned"].seconds > 0
+    assert result.paths["tuned"].target == "host-cpu"
+    assert (result.tuned_kernels, result.kernels) == (3, 3)
+    assert result.tuning_trials == 3  # the run log names the model by its file
+    assert result.paths["tvm"].match and result.paths["default"].match
+    assert result.paths["openvino"].error == "not wanted here"
 
 
 def test_latency_in_turns_alternates_paths_and_skips_each_turns_first_run():

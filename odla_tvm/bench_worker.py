@@ -1,0 +1,137 @@
+"""One path of ``odla-tvm bench`` in a process of its own, so that its import and compile time
+and its peak memory are its own (odla_tvm.benchmark starts it as ``python -P`` with this file's
+path: onnxruntime's and OpenVINO's processes never import TVM, which alone takes about
+500 MB).
+
+Protocol, pickles on stdin and on the process's original stdout (what libraries print goes to
+stderr): the job (a dict: path, model, feeds, threads, cache_dir) comes first; the reply gives
+``load_s`` (import and compile, or session creation), ``first_s`` and ``outputs`` of the first
+run, or ``error``. Then ``("turn", untimed, timed)`` runs the model that many times and
+answers the timed runs' seconds, and ``("close",)`` answers the peak RSS in MB
+(``peak_rss_mb``) and exits.
+Nothing here imports odla_tvm at module level.
+"""
+
+import importlib
+import os
+import pickle
+import resource
+import sys
+import time
+
+ODLA_PATHS = {"default": "DEFAULT", "tvm": "INTEL_X86", "tuned": "INTEL_X86"}
+
+
+def _odla(job):
+    import odla_tvm as odla
+    from odla_tvm.frontends.onnx import import_model
+
+    device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[job["path"]]])
+    computation = import_model(job["model"])
+    odla.set_computation_item(computation, odla.ItemType.CACHE_DIR, job["cache_dir"])
+    session = odla.Session(computation, device)
+    module, feeds = session.executable.module, job["feeds"]
+    info = {"target": device.target.name, "tuned_kernels": len(module.tuned_kernels),
+            "kernels": len(module.kernel_bindings)}
+    return lambda: session.run(feeds), info
+
+
+def _onnxruntime(job):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = job["threads"]
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(job["model"], options,
+                                           providers=["CPUExecutionProvider"])
+    feeds = job["feeds"]
+    return lambda: session.run(None, feeds), {}
+
+
+def _openvino(job):
+    import openvino
+
+    # float32 as the other paths: on CPUs with bfloat16 units (AMX, AVX512-BF16) OpenVINO's CPU
+    # plugin computes in bfloat16 unless told, and misses onnxruntime's outputs by 1e-2.
+    compiled = openvino.Core().compile_model(job["model"], "CPU", {
+        "INFERENCE_NUM_THREADS": job["threads"], "INFERENCE_PRECISION_HINT": "f32"})
+    request, feeds = compiled.create_infer_request(), job["feeds"]
+
+    def run():
+        request.infer(feeds)
+        return [request.get_output_tensor(i).data for i in range(len(compiled.outputs))]
+
+    return run, {}
+
+
+LOADERS = {"onnxruntime": _onnxruntime, "openvino": _openvino,
+           **{path: _odla for path in ODLA_PATHS}}
+MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino",
+           **{path: "odla_tvm.frontends.onnx" for path in ODLA_PATHS}}
+
+
+def _load(job) -> tuple:
+    """(the run function or None, the reply to the job)."""
+    try:
+        importlib.import_module(MODULES[job["path"]])  # before the clock: not the model's cost
+        started = time.perf_counter()
+        run, info = LOADERS[job["path"]](job)
+        load_s = time.perf_counter() - started
+        started = time.perf_counter()
+        outputs = [o.copy() for o in run()]
+        return run, {"load_s": load_s, "first_s": time.perf_counter() - started,
+                     "outputs": outputs, **info}
+    except Exception as err:  # noqa: BLE001 (the bench reports why a path did not run)
+        return None, {"error": f"{type(err).__name__}: {err}"}
+
+
+def _turn(run, untimed: int, timed: int) -> list[float]:
+    for _ in range(untimed):
+        run()
+    times = []
+    for _ in range(timed):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: Linux's VmHWM, which starts afresh at exec.
+    Not ``getrusage(RUSAGE_SELF).ru_maxrss``: Linux carries that across exec, so a child
+    started from the bench's process (which holds TVM) would report the bench's peak too
+    (measured: a child of an 800 MB parent reported 811 MB, VmHWM 11 MB)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # elsewhere: KB too
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # what TVM or OpenVINO print goes to stderr, not into the replies
+    requests = sys.stdin.buffer
+
+    def reply(message) -> None:
+        pickle.dump(message, replies, protocol=pickle.HIGHEST_PROTOCOL)
+        replies.flush()
+
+    run, answer = _load(pickle.load(requests))
+    reply(answer)
+    while True:
+        command, *args = pickle.load(requests)
+        if command == "turn" and run is not None:
+            reply(_turn(run, *args))
+        elif command == "close":
+            reply(peak_rss_mb())
+            return
+        else:
+            reply({"error": f"unknown command {command!r}"})
+
+
+if __name__ == "__main__":
+    main()

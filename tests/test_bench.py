@@ -1,0 +1,167 @@
+"""`odla-tvm bench` on a tiny model: each path in its own process with outputs checked against
+onnxruntime's, the inputs it makes from a graph, the report and chart from given figures, and
+bad input refused before anything runs. Nothing here asserts a time."""
+
+import importlib.util
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import odla_tvm as odla
+from odla_tvm import Status, benchmark
+from odla_tvm.benchmark import ModelResult, PathResult, latency_alone, model_inputs, report
+from odla_tvm.cli import main as cli
+
+OVERHEAD = {"bare VM call": 1.0, "Session.run": 3.5}
+
+
+def mlp_onnx(path, batch="batch"):
+    """Two dense layers (16 -> 32 -> 4) with a relu between, as an ONNX file."""
+    rng = np.random.default_rng(3)
+    weights = {"w1": (16, 32), "b1": (32,), "w2": (32, 4), "b2": (4,)}
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+         helper.make_node("Add", ["h", "b1"], ["a"]),
+         helper.make_node("Relu", ["a"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
+         helper.make_node("Add", ["o", "b2"], ["y"])],
+        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, 16))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (batch, 4))],
+        [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+         for n, s in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
+def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
+    model = mlp_onnx(tmp_path / "mlp.onnx")
+    (result,) = benchmark.bench_models([("mlp", model)], runs=3, cache_dir=tmp_path,
+                                       seconds=0.05)
+    assert not result.error, result.error
+    for path in ("default", "tvm", "onnxruntime"):
+        ran = result.paths[path]
+        assert ran.error == "" and ran.seconds > 0 and ran.runs >= 3, (path, ran)
+        assert ran.load_s > 0 and ran.peak_rss_mb > 0, (path, ran)
+    assert result.paths["default"].match and result.paths["tvm"].match
+    assert result.paths["default"].target == "host-cpu-onednn"
+    assert result.paths["tvm"].target == "host-cpu"
+    # Each path's RSS is its own process's: onnxruntime's never imported TVM (~500 MB).
+    assert result.paths["onnxruntime"].peak_rss_mb < result.paths["tvm"].peak_rss_mb
+    openvino = result.paths["openvino"]
+    if benchmark.openvino_missing():
+        assert "OpenVINO is not installed" in openvino.error and openvino.seconds is None
+    else:
+        assert openvino.match and openvino.seconds > 0
+    assert "tuned" not in result.paths  # an empty cache: no records apply
+    text = report([result], OVERHEAD, 2, 30, (0.5, 0.7), chart="perf.png")
+    assert "| mlp | " in text and "yes / yes" in text
+    assert "| default | 1 | " in text and "geo-mean at most 1.0x, no model above 1.5x" in text
+    if importlib.util.find_spec("matplotlib"):
+        assert benchmark.chart([result], tmp_path / "perf.png") is None
+        assert (tmp_path / "perf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "pip install -e '.[bench]'" in benchmark.chart([result], tmp_path / "perf.png")
+
+
+def test_inputs_come_from_the_graph(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [name], [f"{name}_out"])
+         for name in ("pixels", "attention_mask", "input_ids", "flags", "w")],
+        "inputs",
+        [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ("n", 3, 4)),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, (1, 8)),
+         helper.make_tensor_value_info("input_ids", TensorProto.INT64, (1, 8)),
+         helper.make_tensor_value_info("flags", TensorProto.BOOL, (2,)),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, (2,))],  # also an initializer
+        [helper.make_tensor_value_info(f"{n}_out", TensorProto.FLOAT, None)
+         for n in ("pixels", "attention_mask", "input_ids", "flags", "w")],
+        [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    model = helper.make_model(graph)
+    feeds = model_inputs(model, batch=2)
+    assert list(feeds) == ["pixels", "attention_mask", "input_ids", "flags"]
+    assert feeds["pixels"].shape == (2, 3, 4) and feeds["pixels"].dtype == np.float32
+    assert abs(feeds["pixels"].mean()) < 1 and feeds["pixels"].std() > 0.3
+    assert feeds["attention_mask"].dtype == np.int64 and (feeds["attention_mask"] == 1).all()
+    ids = feeds["input_ids"]
+    assert ids.dtype == np.int64 and ids.shape == (1, 8) and 0 <= ids.min() <= ids.max() < 1000
+    assert feeds["flags"].dtype == np.bool_
+    again = model_inputs(model, batch=2)  # seeded: every path and every run gets the same
+    assert all(np.array_equal(feeds[name], again[name]) for name in feeds)
+    assert model_inputs(model)["pixels"].shape == (1, 3, 4)  # --batch 1 by default
+    # A symbolic dim other than the first is refused, naming the input and the dim.
+    model.graph.input[1].type.tensor_type.shape.dim[1].dim_param = "sequence"
+    with pytest.raises(odla.OdlaError) as err:
+        model_inputs(model)
+    assert err.value.status == Status.INVALID_PARAM
+    assert "input 'attention_mask' dim 1 is symbolic (sequence)" in str(err.value)
+
+
+def test_cli_bench_refuses_bad_input(tmp_path, capsys):
+    text = tmp_path / "notes.onnx"
+    text.write_text("not a model\n")
+    model = mlp_onnx(tmp_path / "mlp.onnx")
+    symbolic = tmp_path / "seq.onnx"
+    onnx_model = onnx.load(model)
+    onnx_model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "features"
+    onnx.save(onnx_model, symbolic)
+    bad = [
+        ([str(tmp_path / "missing.onnx")], "model file", "missing.onnx' does not exist"),
+        ([str(text)], "notes.onnx' is not an ONNX model", ""),
+        (["--models", "lenet"], "['lenet'] are not light models", "squeezenet"),
+        ([model, "--threads", "0"], "threads is 0; expected an integer >= 1", ""),
+        ([model, "--runs", "2"], "runs is 2; expected an integer >= 3", ""),
+        ([model, "--batch", "0"], "batch is 0", ""),
+        ([str(symbolic)], "input 'x' dim 1 is symbolic (features)", ""),
+    ]
+    for args, fragment, more in bad:
+        assert cli(["bench", *args, "-o", str(tmp_path / "perf.md")]) == 1, args
+        err = capsys.readouterr().err
+        assert err.startswith("odla-tvm: error:") and fragment in err and more in err, (args, err)
+    assert not (tmp_path / "perf.md").exists()
+
+
+def test_the_slow_path_is_timed_on_a_small_budget():
+    calls = []
+    seconds, runs = latency_alone(lambda: calls.append(1), first_s=0.01, runs=5)
+    assert runs == 5 and len(calls) == 5 and seconds >= 0
+    calls.clear()
+    _, runs = latency_alone(lambda: calls.append(1), first_s=25.0, runs=5)
+    assert runs == 1 and len(calls) == 1  # a run over 20 s: timed once
+    _, runs = latency_alone(lambda: None, first_s=0.01, runs=5, budget_s=0.0)
+    assert runs == 3  # a spent budget still leaves 3 runs
+
+
+def _row(name, default, tvm, ort, openvino=None, **paths):
+    result = ModelResult(name, f"{name}.onnx", {
+        "default": PathResult(default, 5, 1.5, 900, True, "host-cpu-onednn"),
+        "tvm": PathResult(tvm, 3, 1.2, 850, True, "host-cpu"),
+        "onnxruntime": PathResult(ort, 5, 0.2, 120),
+        "openvino": (PathResult(openvino, 5, 0.4, 200, True) if openvino
+                     else PathResult(error="RuntimeError: unsupported AveragePool")),
+    })
+    result.paths.update(paths)
+    return result
+
+
+def test_report_ratios_geo_means_goals_and_notes():
+    results = [_row("bert", 0.12, 1.2, 0.1, 0.09), _row("vit", 0.2, 0.8, 0.2),
+               ModelResult("gpt2", "gpt2.onnx", error="onnxruntime: out of memory")]
+    text = report(results, OVERHEAD, 2, 600, (1.5, 2.5), why_no_chart="matplotlib is not "
+                  "installed; pip install -e '.[bench]'")
+    assert "OpenVINO" in text and "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
+    assert ("| bert | 120.0 | 1200.0 | 100.0 | 90.0 | 1.20x | 12.00x | 0.90x | "
+            "1.5 / 1.2 / 0.2 / 0.4 | 900 / 850 / 120 / 200 | yes / yes / yes | 5 / 3 |") in text
+    assert "| vit | 200.0 | 800.0 | 200.0 | - | 1.00x | 4.00x | - |" in text
+    assert "| gpt2 | failed: onnxruntime: out of memory |" in text
+    assert "- vit, openvino: did not run: RuntimeError: unsupported AveragePool" in text
+    # Geo-means over the models that ran: default sqrt(1.2 * 1.0), tvm sqrt(12 * 4).
+    assert "| default | 2 | 1.10x | 1.20x (bert) | geo-mean at most 1.0x" in text
+    assert "not met (geo-mean 1.10x)" in text
+    assert "| tvm | 2 | 6.93x | 12.00x (bert) |" in text
+    assert "not met (geo-mean 6.93x; above 10.0x: bert)" in text
+    assert "| openvino | 1 | 0.90x | 0.90x (bert) | - | - |" in text
+    assert "No chart: matplotlib is not installed; pip install -e '.[bench]'." in text
+    assert "## Tuned builds" not in text and "over the bare VM call" in text
+    met = report([_row("vit", 0.19, 0.8, 0.2)], OVERHEAD, 2, 60, (0, 0), chart="perf.png")
+    assert met.count("| met |") == 2 and "![Latency over onnxruntime's per model](perf.png)" in met
