@@ -7,6 +7,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 
 from . import demo
 from .benchmark import LIGHT_MODELS
@@ -137,6 +138,25 @@ def bench(args) -> None:
     print(f"written to {args.output}" + ("" if why_no_chart else f" and {chart_path}"))
 
 
+def cache(args) -> None:
+    from . import engine_cache
+
+    if args.action == "clear":
+        removed = engine_cache.clear(args.cache_dir)
+        print(f"removed {len(removed)} engines "
+              f"({sum(e.size for e in removed) / 2**20:.1f} MiB) from "
+              f"{engine_cache.cache_root(args.cache_dir)}")
+        return
+    found = engine_cache.entries(args.cache_dir)
+    total = sum(e.size for e in found) / 2**20
+    print(f"{engine_cache.cache_root(args.cache_dir)}: {len(found)} engines, {total:.1f} MiB "
+          f"(limit {engine_cache.limit_bytes() / 2**20:.0f} MiB; most recently used first)")
+    for entry in found:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
+        print(f"  {entry.key}  {entry.size / 2**20:8.1f} MiB  {used}  {entry.target}  "
+              f"{entry.model}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -195,6 +215,11 @@ def main(argv=None) -> int:
                               "column is (as for tune); the other paths use no records")
     bench_parser.add_argument("-o", "--output", default=os.path.join("docs", "perf.md"),
                               help="the report; the chart goes beside it as .png")
+    cache_parser = commands.add_parser(
+        "cache", help="list or clear the compiled engines kept by Session.from_onnx")
+    cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
+    cache_parser.add_argument("--cache-dir", help="the cache directory (default "
+                              "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -208,6 +233,8 @@ def main(argv=None) -> int:
             tune(args)
         elif args.command == "bench":
             bench(args)
+        elif args.command == "cache":
+            cache(args)
         else:
             demo.main(args.batch, args.runs)
     except OdlaError as err:

@@ -9,11 +9,20 @@ import os
 
 import numpy as np
 
-from .computation import Computation, destroy_computation
+from . import engine_cache as engine_cache_module
+from .computation import Computation, destroy_computation, set_computation_item
 from .context import argument_data
-from .device import Device
+from .device import Device, checked_device
 from .executable import Executable, compile_computation, load_executable, store_executable
-from .types import OdlaError, Status, ValueType
+from .types import ItemType, OdlaError, Status, ValueType
+
+
+def _describe(model) -> str:
+    """What an engine was built from, for `odla-tvm cache`: the file, or the model's graph."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(model))
+    graph = getattr(model, "graph", None)
+    return f"ONNX graph {graph.name!r}" if graph is not None else "ONNX model bytes"
 
 
 class Session:
@@ -42,18 +51,36 @@ class Session:
                        for v in self.executable.args]
 
     @classmethod
-    def from_onnx(cls, model, device: Device | None = None,
-                  input_data: dict | None = None) -> "Session":
+    def from_onnx(cls, model, device: Device | None = None, input_data: dict | None = None,
+                  engine_cache: bool | None = None, cache_dir=None) -> "Session":
         """A session over an ONNX model (a path, bytes or onnx.ModelProto) imported through
         the ODLA op API (odla_tvm.frontends.onnx); inputs and outputs keep their ONNX names.
-        ``input_data`` fixes graph inputs to data (see ``import_model``)."""
-        from .frontends.onnx import import_model  # onnx is needed only here
+        ``input_data`` fixes graph inputs to data (see ``import_model``). ``engine_cache``
+        (ODLA's ENABLE_ENGINE_CACHE; default on unless ODLA_TVM_ENGINE_CACHE=0) keeps the
+        compiled engine in ``cache_dir`` (ODLA's CACHE_DIR; default $ODLA_TVM_CACHE_DIR or
+        ~/.cache/odla-tvm), so the next load of the same model for the same device reads it
+        instead of compiling (see odla_tvm.engine_cache)."""
+        from .frontends.onnx import has_external_data, import_model  # onnx is needed only here
 
+        device = checked_device(device)
+        use_cache = engine_cache_module.enabled() if engine_cache is None else bool(engine_cache)
+        digest = engine_cache_module.model_digest(model, input_data) if use_cache else None
+        key = None if digest is None else engine_cache_module.engine_key(digest, device, cache_dir)
+        if key is not None:
+            cached = engine_cache_module.load(key, device, cache_dir)
+            if cached is not None:
+                return cls(cached)
         computation = import_model(model, input_data)
         try:
-            return cls(computation, device)
+            if cache_dir is not None:
+                set_computation_item(computation, ItemType.CACHE_DIR, os.fspath(cache_dir))
+            session = cls(computation, device)
         finally:
             destroy_computation(computation)
+        # A model whose weights live in other files is keyed on the .onnx file alone: not kept.
+        if key is not None and not has_external_data(model):
+            engine_cache_module.store(key, session.executable, _describe(model), cache_dir)
+        return session
 
     @property
     def input_types(self) -> dict[str, ValueType]:

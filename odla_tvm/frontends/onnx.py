@@ -81,6 +81,17 @@ def load_model(model) -> onnx.ModelProto:
     return _upgraded(proto)
 
 
+def has_external_data(model) -> bool:
+    """Whether an ONNX model (path, bytes or ModelProto) keeps tensors in other files."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(model))
+    else:
+        proto = onnx.load(os.fspath(model), load_external_data=False)
+    return any(onnx.external_data_helper.uses_external_data(t) for t in proto.graph.initializer)
+
+
 def _parse(blob: bytes) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     try:

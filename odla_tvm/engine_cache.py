@@ -1,0 +1,212 @@
+"""Compiled engines kept between processes: ODLA's ENABLE_ENGINE_CACHE and CACHE_DIR items.
+
+An engine is a stored executable (executable.store_executable's format, sha256-checked
+sections) under ``<cache dir>/engines/<key>.odla``, where the key digests everything the
+compiled code depends on: the model's bytes and fixed inputs, the target's key (the CPU it was
+built for, its plugins), odla-tvm's, TVM's and TVM-FFI's versions, the options, and the state
+of the target's tuning database. A second load of the same model on the same machine reads
+the engine instead of importing and compiling again. An entry that fails to load (corrupted,
+truncated, written by another version or for another target) is removed and rebuilt, never
+run. The cache keeps at most ``limit_bytes`` (ODLA_TVM_ENGINE_CACHE_BYTES, default 4 GiB),
+evicting the least recently used entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import targets
+from targets.runner import cache_dir as default_cache_dir
+
+from .device import Device, checked_device
+from .executable import Executable, load_executable, store_executable, write_atomically
+from .types import OdlaError
+from .version import __version__
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMIT_BYTES = 4 << 30
+_SUFFIX = ".odla"
+_INFO_SUFFIX = ".json"  # beside each engine: what it was built from, for `odla-tvm cache`
+
+
+def cache_root(cache_dir=None) -> Path:
+    """``<cache_dir>/engines``; the cache dir defaults as the tuning databases' does
+    ($ODLA_TVM_CACHE_DIR, else ~/.cache/odla-tvm)."""
+    base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return base / "engines"
+
+
+def enabled() -> bool:
+    """Whether Session.from_onnx and the onnx Backend keep engines by default: yes, unless
+    ODLA_TVM_ENGINE_CACHE is 0."""
+    return os.environ.get("ODLA_TVM_ENGINE_CACHE", "1") != "0"
+
+
+def model_digest(model, input_data=None) -> str | None:
+    """A digest of an ONNX model (a file path, bytes or ModelProto) and the inputs fixed to
+    data, or None for a model the cache cannot key: a path to something that is not a file
+    (the importer says what is wrong)."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        digest.update(model)
+    elif hasattr(model, "SerializeToString"):
+        digest.update(model.SerializeToString())
+    else:
+        try:
+            with open(os.fspath(model), "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 24), b""):
+                    digest.update(chunk)
+        except (OSError, TypeError):
+            return None
+    for name in sorted(input_data or {}):
+        array = np.ascontiguousarray(input_data[name])
+        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def limit_bytes() -> int:
+    value = os.environ.get("ODLA_TVM_ENGINE_CACHE_BYTES")
+    try:
+        return int(value) if value else DEFAULT_LIMIT_BYTES
+    except ValueError:
+        log.warning("ODLA_TVM_ENGINE_CACHE_BYTES=%r is not a byte count; using %d", value,
+                    DEFAULT_LIMIT_BYTES)
+        return DEFAULT_LIMIT_BYTES
+
+
+def _database_state(spec: targets.TargetSpec, cache_dir) -> str:
+    """The tuning records that would apply to a build for ``spec``: their files' sizes and
+    modification times (tuning more changes the key, so the engine is rebuilt with them)."""
+    database = targets.find_database(spec, cache_dir)
+    if database is None:
+        return "none"
+    files = sorted(p for p in database.directory.iterdir() if p.is_file())
+    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+
+
+def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) -> str:
+    """The key of an engine built from the model of ``model_digest`` for ``device``."""
+    device = checked_device(device)
+    identity = {
+        "model": model_digest,
+        "target": device.target.key(),
+        "device_index": device.index,
+        "odla-tvm": __version__,
+        "tvm": targets.tvm_version(),
+        "tvm-ffi": targets.tvm_ffi_version(),
+        "tuning": _database_state(device.target, cache_dir),
+        "options": options or {},
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def load(key: str, device: Device, cache_dir=None) -> Executable | None:
+    """The engine stored under ``key``, or None (missing, or unusable and so removed)."""
+    path = cache_root(cache_dir) / f"{key}{_SUFFIX}"
+    if not path.is_file():
+        return None
+    try:
+        info = json.loads(path.with_suffix(_INFO_SUFFIX).read_text())
+    except (OSError, ValueError):
+        info = {}
+    # A file put there by hand, or by another version, is not trusted to be this model's.
+    if info.get("key") != key or info.get("odla-tvm") != __version__:
+        log.warning("engine cache entry %s was not stored for this model by odla-tvm %s; "
+                    "rebuilding it", path, __version__)
+        _remove(path)
+        return None
+    try:
+        executable = load_executable(os.fspath(path), device)
+    except OdlaError as err:
+        log.warning("engine cache entry %s cannot be used (%s); rebuilding it", path, err.message)
+        _remove(path)
+        return None
+    os.utime(path)  # most recently used
+    return executable
+
+
+def store(key: str, executable: Executable, description: str, cache_dir=None) -> None:
+    """Keeps ``executable`` under ``key``, then evicts the least recently used entries past
+    the size limit. A cache that cannot be written (a read-only directory, a full disk) is
+    skipped with a warning: the executable in hand still runs."""
+    root = cache_root(cache_dir)
+    path = root / f"{key}{_SUFFIX}"
+    info = {"key": key, "model": description, "target": executable.device.target.name,
+            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": __version__}
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        store_executable(os.fspath(path), executable)
+        write_atomically(root / f"{key}{_INFO_SUFFIX}", json.dumps(info).encode())
+    except (OSError, OdlaError) as err:
+        log.warning("engine cache %s not written (%s); the model compiles again next time",
+                    root, getattr(err, "message", err))
+        return
+    evict(limit_bytes(), cache_dir, keep=path)
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    path: Path
+    size: int
+    last_used: float  # seconds since the epoch
+    model: str
+    target: str
+
+
+def entries(cache_dir=None) -> list[Entry]:
+    """The cache's engines, most recently used first."""
+    root = cache_root(cache_dir)
+    found = []
+    for path in root.glob(f"*{_SUFFIX}"):
+        try:
+            stat = path.stat()
+        except OSError:  # removed meanwhile
+            continue
+        try:
+            info = json.loads((root / f"{path.stem}{_INFO_SUFFIX}").read_text())
+        except (OSError, ValueError):
+            info = {}
+        found.append(Entry(path.stem, path, stat.st_size, stat.st_mtime,
+                           str(info.get("model", "?")), str(info.get("target", "?"))))
+    return sorted(found, key=lambda e: e.last_used, reverse=True)
+
+
+def evict(limit: int, cache_dir=None, keep: Path | None = None) -> list[Entry]:
+    """Removes least recently used engines until the cache holds at most ``limit`` bytes
+    (never ``keep``, the entry just written); returns those removed."""
+    kept = entries(cache_dir)
+    total = sum(e.size for e in kept)
+    removed = []
+    for entry in reversed(kept):
+        if total <= limit:
+            break
+        if keep is not None and entry.path == keep:
+            continue
+        _remove(entry.path)
+        total -= entry.size
+        removed.append(entry)
+    return removed
+
+
+def clear(cache_dir=None) -> list[Entry]:
+    """Removes every engine; returns those removed."""
+    return evict(-1, cache_dir)
+
+
+def _remove(path: Path) -> None:
+    for victim in (path, path.with_suffix(_INFO_SUFFIX)):
+        try:
+            victim.unlink()
+        except FileNotFoundError:
+            pass

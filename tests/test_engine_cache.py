@@ -1,0 +1,144 @@
+"""The engine cache (ENABLE_ENGINE_CACHE, CACHE_DIR): Session.from_onnx keeps the compiled
+engine and a second load reads it without importing or compiling; a changed model, input or
+version is a miss; a corrupted, truncated or foreign entry is rebuilt, never run; the cache is
+bounded, evicting the least recently used; `odla-tvm cache` lists and clears it."""
+
+import json
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import odla_tvm as odla
+from odla_tvm import engine_cache
+from odla_tvm.cli import main as cli
+from odla_tvm.frontends import onnx as onnx_frontend
+
+
+def _mlp(path, seed=0, hidden=8):
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((4, hidden)).astype(np.float32)
+    w2 = rng.standard_normal((hidden, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path), lambda x: np.maximum(x @ w1, 0) @ w2
+
+
+X = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+
+
+def _load(path, cache_dir, **kwargs):
+    return odla.Session.from_onnx(path, engine_cache=True, cache_dir=cache_dir, **kwargs)
+
+
+def test_second_load_reads_the_engine_without_compiling(tmp_path, monkeypatch):
+    path, reference = _mlp(tmp_path / "m.onnx")
+    (first,) = _load(path, tmp_path / "cache").run({"x": X})
+    (entry,) = engine_cache.entries(tmp_path / "cache")
+    assert entry.model.endswith("m.onnx") and entry.size > 0
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was imported and compiled again")
+
+    monkeypatch.setattr(onnx_frontend, "import_model", refuse)
+    (second,) = _load(path, tmp_path / "cache").run({"x": X})
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_allclose(second, reference(X), rtol=1e-5, atol=1e-6)
+    assert second.dtype == np.float32 and second.shape == (2, 3)
+
+
+def test_another_model_or_input_data_or_version_is_a_miss(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    path_a, _ = _mlp(tmp_path / "a.onnx", seed=0)
+    path_b, reference_b = _mlp(tmp_path / "b.onnx", seed=1)
+    _load(path_a, cache)
+    (out,) = _load(path_b, cache).run({"x": X})
+    np.testing.assert_allclose(out, reference_b(X), rtol=1e-5, atol=1e-6)
+    assert len(engine_cache.entries(cache)) == 2
+    _load(path_a, cache, input_data={"x": X})  # x fixed to data: another engine
+    assert len(engine_cache.entries(cache)) == 3
+    monkeypatch.setattr(engine_cache, "__version__", "0.0.0-other")
+    _load(path_a, cache)
+    assert len(engine_cache.entries(cache)) == 4
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted", "foreign", "other version"])
+def test_a_damaged_or_foreign_entry_is_rebuilt_never_run(tmp_path, damage, caplog):
+    cache = tmp_path / "cache"
+    path, reference = _mlp(tmp_path / "m.onnx")
+    other, _ = _mlp(tmp_path / "other.onnx", seed=3, hidden=5)
+    _load(path, cache)
+    (entry,) = engine_cache.entries(cache)
+    blob = entry.path.read_bytes()
+    info_path = entry.path.with_suffix(".json")
+    if damage == "truncated":
+        entry.path.write_bytes(blob[: len(blob) // 2])
+    elif damage == "corrupted":
+        entry.path.write_bytes(blob[:-100] + bytes(100))
+    elif damage == "foreign":  # another model's engine copied under this key
+        _load(other, tmp_path / "elsewhere")
+        (foreign,) = engine_cache.entries(tmp_path / "elsewhere")
+        entry.path.write_bytes(foreign.path.read_bytes())
+        info_path.write_text(foreign.path.with_suffix(".json").read_text())
+    else:
+        info = json.loads(info_path.read_text())
+        info_path.write_text(json.dumps({**info, "odla-tvm": "0.0.0-other"}))
+    with caplog.at_level(logging.WARNING, logger="odla_tvm.engine_cache"):
+        (out,) = _load(path, cache).run({"x": X})
+    np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-6)
+    assert any("rebuilding" in r.getMessage() for r in caplog.records)
+    (rebuilt,) = engine_cache.entries(cache)
+    assert rebuilt.key == entry.key and json.loads(info_path.read_text())["key"] == entry.key
+
+
+def test_the_cache_is_bounded_and_evicts_the_least_recently_used(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    paths = [_mlp(tmp_path / f"m{i}.onnx", seed=i)[0] for i in range(3)]
+    _load(paths[0], cache)
+    size = engine_cache.entries(cache)[0].size
+    monkeypatch.setenv("ODLA_TVM_ENGINE_CACHE_BYTES", str(int(size * 2.5)))
+    _load(paths[1], cache)
+    _load(paths[0], cache)  # a hit: m0 is now the most recently used
+    _load(paths[2], cache)  # over the limit: m1 goes
+    kept = [e.model for e in engine_cache.entries(cache)]
+    assert len(kept) == 2 and kept[0].endswith("m2.onnx") and kept[1].endswith("m0.onnx")
+
+
+def test_cache_off_keeps_nothing(tmp_path, monkeypatch):
+    path, _ = _mlp(tmp_path / "m.onnx")
+    odla.Session.from_onnx(path, engine_cache=False, cache_dir=tmp_path / "cache")
+    monkeypatch.setenv("ODLA_TVM_ENGINE_CACHE", "0")
+    odla.Session.from_onnx(path, cache_dir=tmp_path / "cache")
+    assert engine_cache.entries(tmp_path / "cache") == []
+
+
+def test_an_unwritable_cache_warns_and_the_session_still_runs(tmp_path, caplog):
+    path, reference = _mlp(tmp_path / "m.onnx")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache directory would be")
+    with caplog.at_level(logging.WARNING, logger="odla_tvm.engine_cache"):
+        (out,) = _load(path, blocker).run({"x": X})
+    np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-6)
+    assert any("not written" in r.getMessage() for r in caplog.records)
+    assert blocker.read_text().startswith("a file")  # nothing of the user's overwritten
+
+
+def test_cli_lists_and_clears_the_cache(tmp_path, capsys):
+    path, _ = _mlp(tmp_path / "m.onnx")
+    _load(path, tmp_path / "cache")
+    assert cli(["cache", "--cache-dir", str(tmp_path / "cache")]) == 0
+    listed = capsys.readouterr().out
+    assert "1 engines" in listed and "m.onnx" in listed
+    assert cli(["cache", "clear", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "removed 1 engines" in capsys.readouterr().out
+    assert engine_cache.entries(tmp_path / "cache") == []
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["cache", "shred"])
+    assert exit_info.value.code == 2
