@@ -9,8 +9,9 @@ as exporters below opset 17 write it); max and average pooling; and concatenatio
 channels (without it, the concats joining the
 branches of squeezenet's fire modules and inception's blocks would cut the graph into many
 regions, with layout reorders at every cut). Each region MergeCompositeFunctions makes becomes
-one C++ function over targets/onednn/runtime.h: primitives and repacked weights are built on
-the first call and reused, intermediates stay in oneDNN's blocked layouts (see runtime.h).
+a table of steps (targets/onednn/region.h) and one C++ function calling targets/onednn/
+runtime.cc, which builds the primitives and repacked weights on the first call and reuses them;
+intermediates stay in oneDNN's blocked layouts (see runtime.cc).
 What it does not take runs as TVM's code in the same module.
 
 The library is oneDNN 3.2 built with GNU OpenMP, from PyPI, part of odla-tvm's install on x86-64
@@ -371,12 +372,12 @@ def _list(values) -> str:
 
 
 def _shape_init(shape) -> str:
-    return f"{{{len(shape)}, {_list(shape)}}}"  # runtime.h's Shape
+    return f"{{{len(shape)}, {_list(shape)}}}"  # region.h's Shape
 
 
 def _operand(source: tuple[str, int]) -> str:
     kind, index = source
-    return f"{kind}({index})"  # runtime.h's param(i) / step(j)
+    return f"{kind}({index})"  # region.h's param(i) / step(j)
 
 
 def _pads(padding) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -386,7 +387,7 @@ def _pads(padding) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 class _StepWriter:
-    """One composite call as the C++ initializer of a runtime.h Step."""
+    """One composite call as the C++ initializer of a region.h Step."""
 
     def __init__(self, step):
         self.step = step
@@ -422,12 +423,12 @@ class _StepWriter:
         while index < len(calls):
             op = calls[index].op.name
             if self.is_swish(index):
-                post_ops.append("{PostOp::kEltwise, none(), dnnl::algorithm::eltwise_swish}")
+                post_ops.append("{PostOp::kEltwise, none(), dnnl_eltwise_swish}")
                 index += 2
                 continue
             index += 1
             if op in UNARY_POST_OPS:
-                post_ops.append(f"{{PostOp::kEltwise, none(), dnnl::algorithm::{UNARY_POST_OPS[op]}}}")
+                post_ops.append(f"{{PostOp::kEltwise, none(), dnnl_{UNARY_POST_OPS[op]}}}")
                 continue
             operand, expr = self.other_operand(index - 1)
             shape = _shape(expr)
@@ -439,9 +440,9 @@ class _StepWriter:
             else:
                 widened = (1,) * (len(output_shape) - len(shape)) + shape
                 post_ops.append(f"{{PostOp::kBinary, {_operand(operand)}, "
-                                f"dnnl::algorithm::{BINARY_POST_OPS[op]}, {_shape_init(widened)}}}")
+                                f"dnnl_{BINARY_POST_OPS[op]}, {_shape_init(widened)}}}")
         if len(post_ops) > MAX_POST_OPS:
-            raise ValueError(f"{self.step.composite}: {len(post_ops)} post-ops; runtime.h holds 8")
+            raise ValueError(f"{self.step.composite}: {len(post_ops)} post-ops; region.h holds 8")
         return {"bias": bias, "post_op_count": str(len(post_ops)),
                 "post_ops": "{" + ", ".join(post_ops) + "}"}
 
@@ -482,7 +483,7 @@ class _StepWriter:
         algorithm = "softmax_log" if softmax.op.name == "relax.nn.log_softmax" else "softmax_accurate"
         return {"kind": "Step::kSoftmax", "src": _operand(self.input_of(0, 0)),
                 "src_shape": _shape_init(shape), "dst_shape": _shape_init(shape),
-                "algorithm": f"dnnl::algorithm::{algorithm}",
+                "algorithm": f"dnnl_{algorithm}",
                 "axis": str(int(softmax.attrs.axis) % len(shape))}
 
     def layer_norm(self) -> dict[str, str]:
@@ -519,7 +520,7 @@ class _StepWriter:
             algorithm = "pooling_avg_exclude_padding"
         return {"kind": "Step::kPool", "src": _operand(self.input_of(0, 0)),
                 "src_shape": _shape_init(src), "dst_shape": _shape_init(dst),
-                "algorithm": f"dnnl::algorithm::{algorithm}", "kernel": _list(kernel),
+                "algorithm": f"dnnl_{algorithm}", "kernel": _list(kernel),
                 "strides": _list(strides), "dilates": "{0, 0}", "pad_l": _list(pad_l),
                 "pad_r": _list(pad_r)}
 
@@ -557,7 +558,7 @@ class _StepWriter:
 _STEP_FIELDS = ("kind", "src", "weights", "weights_constant", "weights_transposed", "bias",
                 "src_shape", "weights_shape", "dst_shape", "algorithm", "kernel", "strides",
                 "dilates", "pad_l", "pad_r", "post_op_count", "post_ops", "sources",
-                "source_count", "axis", "scale", "shift", "epsilon")  # runtime.h's Step, in order
+                "source_count", "axis", "scale", "shift", "epsilon")  # region.h's Step, in order
 
 
 def _region_source(region: relax.Function) -> tuple[str, str]:
@@ -576,31 +577,39 @@ def _region_source(region: relax.Function) -> tuple[str, str]:
         f"{{{', '.join(_shape_init(_shape(p)) for p in region.params)}}};",
         f"static const Step {name}_steps[] = {{\n    {step_lines}}};",
         f"static const int {name}_results[] = {_list(index for _, index in results)};",
+        f"static const RegionSpec {name}_spec = {{{name}_params, {len(region.params)}, "
+        f"{name}_steps, {len(steps)}, {name}_results, {len(results)}}};",
         # TVM's packed-call symbol for the function named ``name`` (what the export macros make)
         f'extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void*, const TVMFFIAny* args, '
         "int32_t num_args, TVMFFIAny*) {",
-        "  TVM_FFI_SAFE_CALL_BEGIN();",
-        f"  static Region region({name}_params, {name}_steps, {name}_results);",
-        "  region.run(args, num_args);",
-        "  TVM_FFI_SAFE_CALL_END();",
+        f"  return odla_onednn_run(&{name}_spec, args, num_args);",
         "}",
     ]
     return name, "\n".join(lines)
 
 
-def _runtime_source() -> str:
-    return resources.files("targets").joinpath("onednn", "runtime.h").read_text()
+def _source_dir() -> str:
+    """targets/onednn: region.h, which generated code includes, and runtime.cc."""
+    return os.fspath(resources.files("targets").joinpath("onednn"))
+
+
+def _runtime() -> tvm.runtime.Module:
+    """runtime.cc as an object every model library with regions links: compiled once per
+    machine and cached (it takes g++ seconds; the tables of a model's regions take a fraction
+    of one). Its symbols are hidden but the call counter: each model library has its own."""
+    source = resources.files("targets").joinpath("onednn", "runtime.cc").read_text()
+    return static_library(source, [CALLS_FUNCTION],
+                          ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
+                           "-I", _source_dir()])
 
 
 def codegen(regions: list[relax.Function], _items) -> list:
     names, bodies = zip(*(_region_source(r) for r in regions))
-    source = "\n\n".join([
-        _runtime_source(),
-        "using namespace odla_onednn;",
-        f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({CALLS_FUNCTION}, calls);",
-        *bodies])
-    # C++20 for designated initializers: each step's fields are named.
-    return [static_library(source, [*names, CALLS_FUNCTION], ["-std=c++20", "-I", include_dir()])]
+    source = "\n\n".join(['#include "region.h"', "using namespace odla_onednn;", *bodies])
+    # C++20 for designated initializers (each step's fields are named); -O0: tables only.
+    tables = static_library(source, list(names),
+                            ["-std=c++20", "-O0", "-I", include_dir(), "-I", _source_dir()])
+    return [tables, _runtime()]
 
 
 PLUGIN = VendorPlugin(

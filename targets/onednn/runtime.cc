@@ -1,10 +1,8 @@
-// What every oneDNN region needs at run time; targets/onednn.py puts this text before the
-// region functions it generates. Those take TVM's packed arguments as they come: unpacking
-// a region's hundreds of typed arguments (TVM_FFI_DLL_EXPORT_TYPED_FUNC) takes g++ -O2 minutes.
-// A region is a list of steps (convolution, matmul, pooling, concat, softmax, layer norm),
-// described as plain constant data (it compiles in no time, where an initializer of the same
-// size built from std::vector takes g++ -O2 minutes), built into oneDNN primitives on its first
-// call and reused on every later call.
+// What every oneDNN region needs at run time (region.h's data built into oneDNN primitives
+// on a region's first call and reused on every later call), compiled once per machine and
+// linked into each model library that has oneDNN regions. The regions take TVM's packed
+// arguments as they come: unpacking a region's hundreds of typed arguments
+// (TVM_FFI_DLL_EXPORT_TYPED_FUNC) takes g++ -O2 minutes.
 //
 // Layouts: the region's parameters and results are TVM's plain row-major tensors. Inside the
 // region every convolution chooses its own layouts (format `any`), so intermediates stay in
@@ -16,6 +14,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <memory>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -25,6 +24,8 @@
 
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
+
+#include "region.h"
 
 extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
 
@@ -58,51 +59,9 @@ inline int thread_count() {
   return count;
 }
 
-// Where a step's operand comes from: a region parameter or an earlier step's result.
-struct Operand {
-  enum Kind { kNone, kParam, kStep } kind;
-  int index;
-};
-constexpr Operand none() { return {Operand::kNone, -1}; }
-constexpr Operand param(int index) { return {Operand::kParam, index}; }
-constexpr Operand step(int index) { return {Operand::kStep, index}; }
+inline Dims to_dims(const Shape& shape) { return Dims(shape.dims, shape.dims + shape.rank); }
 
-struct Shape {
-  int rank;
-  int64_t dims[5];
-  Dims to_dims() const { return Dims(dims, dims + rank); }
-};
-
-// An elementwise op fused after a convolution or matmul, in the order the graph applies them.
-struct PostOp {
-  // residual: a sum into dst (conv); eltwise: a unary op (`algorithm`); binary: `algorithm`
-  // with `operand`, of dims `shape` (as many as dst's), broadcast to dst.
-  enum Kind { kResidual, kEltwise, kBinary } kind;
-  Operand operand;  // none() for kEltwise
-  dnnl::algorithm algorithm;
-  Shape shape;
-};
-
-struct Step {
-  enum Kind { kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm } kind;
-  Operand src;
-  Operand weights;          // conv: constant weights (a parameter); matmul: the right operand
-  bool weights_constant;    // matmul: weights are a constant parameter, packed once
-  bool weights_transposed;  // matmul: the graph swaps the last two axes of `weights` first
-  Operand bias;             // conv, matmul: none() when there is none
-  Shape src_shape, weights_shape, dst_shape;  // conv weights grouped when groups > 1; matmul
-                                              // operands as stored, before any transpose
-  dnnl::algorithm algorithm;  // pool: max or average (with or without the padding); softmax:
-                              // accurate or log
-  int64_t kernel[2], strides[2], dilates[2], pad_l[2], pad_r[2];  // dilates count from 0
-  int post_op_count;
-  PostOp post_ops[8];
-  const Operand* sources;  // concat: its operands in order (along channels), source_count
-  int source_count;        // of them
-  int axis;                // softmax: the axis it normalizes over
-  Operand scale, shift;    // layer norm over the last axis: none() where the graph has none
-  Operand epsilon;         // layer norm: the scalar parameter holding epsilon
-};
+inline dnnl::algorithm algorithm(dnnl_alg_kind_t kind) { return static_cast<dnnl::algorithm>(kind); }
 
 inline memory::format_tag plain_tag(size_t rank) {
   static const memory::format_tag tags[] = {memory::format_tag::a, memory::format_tag::ab,
@@ -128,12 +87,11 @@ inline void* data(const TVMFFIAny& arg) {
 
 class Region {
  public:
-  template <size_t kParams, size_t kSteps, size_t kResults>
-  Region(const Shape (&params)[kParams], const Step (&steps)[kSteps],
-         const int (&results)[kResults])
-      : steps_(steps, steps + kSteps), results_(results, results + kResults) {
-    for (const Shape& shape : params)
-      params_.emplace_back(plain_desc(shape.to_dims()), cpu_engine(), nullptr);
+  explicit Region(const RegionSpec& spec)
+      : steps_(spec.steps, spec.steps + spec.step_count),
+        results_(spec.results, spec.results + spec.result_count) {
+    for (int i = 0; i < spec.param_count; ++i)
+      params_.emplace_back(plain_desc(to_dims(spec.params[i])), cpu_engine(), nullptr);
   }
 
   // One call as TVM makes it (call_dps_packed): the region's parameters, then its outputs.
@@ -252,14 +210,14 @@ class Region {
           ops.append_sum(1.f);
           break;
         case PostOp::kEltwise:  // alpha: ReLU's negative slope 0, swish's x * sigmoid(1 * x)
-          ops.append_eltwise(op.algorithm, op.algorithm == dnnl::algorithm::eltwise_swish, 0.f);
+          ops.append_eltwise(algorithm(op.algorithm), op.algorithm == dnnl_eltwise_swish, 0.f);
           break;
         case PostOp::kBinary: {
-          memory::desc operand = plain_desc(op.shape.to_dims());
+          memory::desc operand = plain_desc(to_dims(op.shape));
           args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1] =
               op.operand.kind == Operand::kParam ? param_view(op.operand.index, operand)
                                                  : as_layout(op.operand, operand);
-          ops.append_binary(op.algorithm, operand);
+          ops.append_binary(algorithm(op.algorithm), operand);
           break;
         }
       }
@@ -322,17 +280,17 @@ class Region {
   void build_conv(const Step& s) {
     std::unordered_map<int, memory> args;
     dnnl::primitive_attr attr = post_op_attr(s, args);
-    Dims dst_dims = s.dst_shape.to_dims();
+    Dims dst_dims = to_dims(s.dst_shape);
     memory::desc bias_desc =
         s.bias.kind == Operand::kNone ? memory::desc() : plain_desc({dst_dims[1]});
     dnnl::convolution_forward::primitive_desc pd(
         cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        any_desc(s.src_shape.to_dims()), any_desc(s.weights_shape.to_dims()), bias_desc,
+        any_desc(to_dims(s.src_shape)), any_desc(to_dims(s.weights_shape)), bias_desc,
         any_desc(dst_dims), pair(s.strides), pair(s.dilates), pair(s.pad_l), pair(s.pad_r), attr);
     args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
     // OIHW weights read in oneDNN's grouped shape where groups > 1: the same bytes.
     args[DNNL_ARG_WEIGHTS] =
-        packed_weights(s.weights.index, plain_desc(s.weights_shape.to_dims()), pd.weights_desc());
+        packed_weights(s.weights.index, plain_desc(to_dims(s.weights_shape)), pd.weights_desc());
     if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
     finish_step(s, dnnl::convolution_forward(pd), pd.dst_desc(), std::move(args));
   }
@@ -365,24 +323,24 @@ class Region {
   void build_matmul(const Step& s) {
     std::unordered_map<int, memory> args;
     dnnl::primitive_attr attr = post_op_attr(s, args);
-    Dims dst_dims = s.dst_shape.to_dims();
+    Dims dst_dims = to_dims(s.dst_shape);
     size_t rank = dst_dims.size();
     Dims bias_dims(rank, 1);
     bias_dims[rank - 1] = dst_dims[rank - 1];
     memory::desc bias_desc = s.bias.kind == Operand::kNone ? memory::desc() : plain_desc(bias_dims);
-    Dims src_dims = widened(s.src_shape.to_dims(), rank, false);
-    Dims weights_dims = widened(s.weights_shape.to_dims(), rank, s.weights_transposed);
-    memory src = plain_view(s.src, s.src_shape.to_dims(), src_dims, false);
+    Dims src_dims = widened(to_dims(s.src_shape), rank, false);
+    Dims weights_dims = widened(to_dims(s.weights_shape), rank, s.weights_transposed);
+    memory src = plain_view(s.src, to_dims(s.src_shape), src_dims, false);
     if (s.weights_constant) {  // packed once to the layout the primitive prefers
       dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), any_desc(weights_dims),
                                       bias_desc, any_desc(dst_dims), attr);
-      memory stored = plain_view(s.weights, s.weights_shape.to_dims(), weights_dims,
+      memory stored = plain_view(s.weights, to_dims(s.weights_shape), weights_dims,
                                  s.weights_transposed);
       weights_.push_back({stored, memory(pd.weights_desc(), cpu_engine()), nullptr});
       args[DNNL_ARG_WEIGHTS] = weights_.back().packed;
       finish_matmul(s, pd, src, bias_desc, std::move(args));
     } else {  // read as they are, each call
-      memory weights = plain_view(s.weights, s.weights_shape.to_dims(), weights_dims,
+      memory weights = plain_view(s.weights, to_dims(s.weights_shape), weights_dims,
                                   s.weights_transposed);
       dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), weights.get_desc(),
                                       bias_desc, any_desc(dst_dims), attr);
@@ -402,12 +360,12 @@ class Region {
     // Over its input in the layout that has (plain after a matmul).
     memory src = value(s.src);
     dnnl::softmax_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference,
-                                             s.algorithm, src.get_desc(), src.get_desc(), s.axis);
+                                             algorithm(s.algorithm), src.get_desc(), src.get_desc(), s.axis);
     finish_step(s, dnnl::softmax_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
   }
 
   void build_layer_norm(const Step& s, float epsilon) {
-    memory src = as_layout(s.src, plain_desc(s.src_shape.to_dims()));
+    memory src = as_layout(s.src, plain_desc(to_dims(s.src_shape)));
     Dims channels = {s.src_shape.dims[s.src_shape.rank - 1]};
     auto flags = dnnl::normalization_flags::none;
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}};
@@ -429,8 +387,8 @@ class Region {
     // Pooling reads its input in whatever layout it has and keeps it.
     memory src = value(s.src);
     dnnl::pooling_forward::primitive_desc pd(
-        cpu_engine(), dnnl::prop_kind::forward_inference, s.algorithm, src.get_desc(),
-        any_desc(s.dst_shape.to_dims()), pair(s.strides), pair(s.kernel), pair(s.dilates),
+        cpu_engine(), dnnl::prop_kind::forward_inference, algorithm(s.algorithm), src.get_desc(),
+        any_desc(to_dims(s.dst_shape)), pair(s.strides), pair(s.kernel), pair(s.dilates),
         pair(s.pad_l), pair(s.pad_r));
     finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
   }
@@ -445,7 +403,7 @@ class Region {
       args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(sources.size())] = value(source);
       sources.push_back(value(source).get_desc());
     }
-    dnnl::concat::primitive_desc pd(cpu_engine(), any_desc(s.dst_shape.to_dims()), 1, sources);
+    dnnl::concat::primitive_desc pd(cpu_engine(), any_desc(to_dims(s.dst_shape)), 1, sources);
     finish_step(s, dnnl::concat(pd), pd.dst_desc(), std::move(args));
   }
 
@@ -462,5 +420,25 @@ class Region {
   std::mutex mutex_;
 };
 
+// Each generated region's state, made on its first call.
+std::mutex regions_mutex;
+std::unordered_map<const RegionSpec*, std::unique_ptr<Region>> regions;
+
+Region& region_of(const RegionSpec* spec) {
+  std::lock_guard<std::mutex> lock(regions_mutex);
+  std::unique_ptr<Region>& region = regions[spec];
+  if (!region) region = std::make_unique<Region>(*spec);
+  return *region;
+}
+
 }  // namespace
 }  // namespace odla_onednn
+
+extern "C" int odla_onednn_run(const odla_onednn::RegionSpec* spec, const TVMFFIAny* args,
+                               int32_t num_args) {
+  TVM_FFI_SAFE_CALL_BEGIN();
+  odla_onednn::region_of(spec).run(args, num_args);
+  TVM_FFI_SAFE_CALL_END();
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(odla_onednn_calls, odla_onednn::calls);
