@@ -16,6 +16,8 @@ from .layouts import CPU_LAYOUTS
 SCHEDULE_SOURCES = {
     "database": "MetaSchedule records tuned for the target (targets.tuning), where it has any",
     "dlight": "TVM's default GPU schedules (s_tir.dlight) for every kernel still unscheduled",
+    "cpu-default": "default CPU schedules (targets.cpu_schedules) for every kernel still "
+                   "unscheduled",
 }
 
 
@@ -111,6 +113,7 @@ def host_cpu() -> TargetSpec:
         device_kind="cpu",
         description=f"this machine's CPU (LLVM mcpu {mcpu}, {cores} cores)",
         layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
+        schedules=("database", "cpu-default"),
     )
 
 
@@ -138,6 +141,7 @@ AARCH64_LINUX = TargetSpec(
     description="64-bit Arm Linux (Raspberry Pi 4 / Jetson class, Cortex-A72 baseline)",
     arch="aarch64",
     layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
+    schedules=("database", "cpu-default"),
     cross_compiler="aarch64-linux-gnu-g++",
     debian_packages=("g++-aarch64-linux-gnu", "qemu-user-static"),
 )
@@ -155,6 +159,7 @@ X86_64_AVX2 = TargetSpec(
     debian_packages=() if platform.machine() == "x86_64" else ("g++-x86-64-linux-gnu",),
     cpu_flags=("avx2", "fma"),
     layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
+    schedules=("database", "cpu-default"),
 )
 
 CUDA_SM90 = TargetSpec(

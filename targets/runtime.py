@@ -16,6 +16,7 @@ from tvm.s_tir import dlight as dl
 
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
+from .cpu_schedules import default_schedules
 from .layouts import layout_passes
 from .registry import TargetSpec, cpu_count
 
@@ -406,27 +407,57 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm
 def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
                plugin_items=None) -> tvm.IRModule | None:
     """``mod`` as fused kernels scheduled from ``database`` (records tuned for ``spec``), then
-    by dlight; None when that schedules nothing, so the module keeps TVM's generic build: one
-    kernel per op, which profiles map back to ODLA values (a database tuned for other models
-    leaves this one as it was)."""
+    by the target's default rules for every kernel still unscheduled (dlight's on GPUs,
+    targets.cpu_schedules' on CPUs); None for a target with neither source when no record
+    applies, so the module keeps TVM's generic build."""
     tuned = database is not None and "database" in spec.schedules and database.tuned_for(mod)
     dlight = "dlight" in spec.schedules
-    if not (tuned or dlight):
+    cpu_rules = "cpu-default" in spec.schedules
+    if not (tuned or dlight or cpu_rules):
         return None
     kernels = fused_kernels(mod, spec, plugin_items)
     if tuned:
         with database.records():
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
-        if spec.prepack_weights:
-            # The weight layouts the applied schedules read, made once here from the constants.
-            kernels = tvm.transform.Sequential([relax.transform.SplitLayoutRewritePreproc(),
-                                                relax.transform.FoldConstant()])(kernels)
-    if not dlight and not _kernels(kernels, scheduled=True):
+    if not (dlight or cpu_rules) and not _kernels(kernels, scheduled=True):
         return None
     if dlight:
         kernels = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(kernels)
+    if cpu_rules:
+        kernels = default_schedules()(kernels)
+    if spec.prepack_weights and (tuned or cpu_rules):
+        # The weight layouts the schedules read, made once here from the constants.
+        kernels = relax.transform.FoldConstant()(_split_layout_rewrites(kernels))
+        if cpu_rules:
+            kernels = default_schedules()(kernels)  # a layout of something else than constants
     return kernels
+
+
+def _has_layout_rewrite(func: tvm.tirx.PrimFunc) -> bool:
+    found = []
+    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, lambda block: found.append(
+        "meta_schedule.layout_rewrite_preproc" in block.annotations)), order="post")
+    return any(found)
+
+
+def _split_layout_rewrites(mod: tvm.IRModule) -> tvm.IRModule:
+    """SplitLayoutRewritePreproc: each kernel that lays out its weights again becomes a
+    ``<name>_weight_prepack`` kernel (folded away at compile time) and ``<name>_prepacked``.
+    The pass sees only those kernels: it fails on a kernel without a compute block (scans,
+    sorts), which stands in as a trivial one meanwhile."""
+    kernels = {gv: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    others = {gv: f for gv, f in kernels.items() if not _has_layout_rewrite(f)}
+    if len(others) == len(kernels):
+        return mod
+    stand_in = tvm.te.create_prim_func([tvm.te.compute((1,), lambda _: tvm.tirx.const(0, "int8"))])
+    mod = mod.clone()
+    for gv in others:
+        mod[gv] = stand_in
+    mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+    for gv, func in others.items():
+        mod[gv] = func
+    return mod
 
 
 def _lowering(spec: TargetSpec) -> tvm.transform.Pass:

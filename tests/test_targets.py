@@ -35,7 +35,7 @@ def test_builtin_targets_describe_what_they_compile_to():
     assert "aarch64-linux" in names or os.uname().machine == "aarch64"
     host = targets.get_target("host-cpu")
     assert host.target["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
-    assert host.schedules == ("database",) and host.runs_here()
+    assert host.schedules == ("database", "cpu-default") and host.runs_here()
     avx2 = targets.get_target("x86-64-avx2")
     assert avx2.target["mcpu"] == "x86-64-v3" and avx2.cpu_flags == ("avx2", "fma")
     cuda = targets.get_target("cuda")

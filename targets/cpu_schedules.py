@@ -1,0 +1,698 @@
+"""Default CPU schedules for the kernels a build leaves unscheduled: small rules in the style
+of TVM's ``s_tir.dlight``, each taking the kernels of one kind and returning None for the
+rest, applied by one driver (``default_schedules``) in this order:
+
+- ``Injective``: kernels of spatial loops only (elementwise, broadcast, transpose, gather,
+  padding). Producers are inlined; each remaining loop nest has its loops fused, its outer
+  part run in parallel and its innermost axis vectorized.
+- ``Contraction``: one multiply-accumulate reduction, ``C[.., i, j] += A[.., i, k] *
+  B[.., k, j]`` (matmul, batch matmul, dense, convolutions in NHWC), with its elementwise
+  epilogue (bias, batch norm, activations, residual adds): register tiles of a few rows of i
+  by one or two vectors of j accumulated over every reduction step in a local buffer, the
+  epilogue computed per tile, the tiles run in parallel. A constant operand B (weights) is
+  laid out again when compiling, each tile's columns for every reduction step in a row.
+- ``SpatialReduction``: one reduction whose output's innermost axis is also the innermost
+  axis of what it reads (pooling in NHWC, sums over outer axes, depthwise convolutions):
+  that axis vectorized inside the reduction loops, the others fused and run in parallel.
+- ``Stages``: kernels of several reductions of those two kinds (Winograd convolutions: input
+  transform, batched products, inverse transform), each scheduled so at the kernel's top level.
+- TVM's ``dlight.cpu.GEMV`` and ``dlight.cpu.Reduction`` (softmax, layer norm: parallel over
+  rows, a row's stages computed together), the latter only where every stage has the same
+  rows (it recomputes a whole softmax per element of a 1 x N one).
+- ``Fallback``: any other kernel, loop nest by loop nest: spatial loops first, fused and run
+  in parallel where TVM proves that safe; a spatial nest also vectorized.
+
+A rule that fails on a kernel returns None and the next one is tried; ``Fallback`` takes every
+kernel, so none is left unscheduled. Tiles and vectors split loops by divisors only (no tails
+to guard); vector widths come from the target's features (AVX-512: 16 float32 lanes,
+AVX/AVX2: 8, SSE and NEON: 4). The rule that scheduled a kernel is named in its
+``cpu_schedule_rule`` attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr, normalize_prim_func
+from tvm.sym.pattern import detect_linear_equation
+from tvm.target import Target
+from tvm.target.codegen import target_has_features
+
+RULE_ATTR = "cpu_schedule_rule"  # names the rule that scheduled a kernel
+_PREPROC = "meta_schedule.layout_rewrite_preproc"  # what SplitLayoutRewritePreproc splits out
+# A loop nest with less work than this (output elements times reduction steps) runs on one
+# core: starting the thread pool's tasks costs more than it saves.
+_PARALLEL_MIN_WORK = 16384
+_has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
+
+
+# ---------------------------------------------------------------------------------------
+# What the target offers
+
+
+def vector_bits(target: Target) -> int:
+    """The width of the target's vector registers in bits, from its LLVM features (LLVM's
+    llvm_get_vector_width answers for this machine's CPU whatever the target's mcpu)."""
+    if target.kind.name != "llvm":
+        return 128
+    if target_has_features("avx512f", target):
+        return 512
+    if target_has_features("avx", target):
+        return 256
+    return 128  # SSE2 (every x86-64), NEON (every AArch64), and a safe guess elsewhere
+
+
+def vector_registers(target: Target) -> int:
+    """The target's vector registers: 32 with AVX-512 and on AArch64, else 16."""
+    if target.kind.name != "llvm":
+        return 16
+    if target_has_features("avx512f", target) or "aarch64" in str(target.attrs.get("mtriple", "")):
+        return 32
+    return 16
+
+
+def vector_lanes(target: Target, dtype: str) -> int:
+    """Elements of ``dtype`` per vector register (booleans counted as bytes)."""
+    bits = max(8, tvm.DataType(dtype).bits)
+    return max(1, min(64, vector_bits(target) // bits))
+
+
+def _cores(target: Target) -> int:
+    return int(target.attrs.get("num-cores", 1) or 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers
+
+
+def _static(extent) -> int | None:
+    if isinstance(extent, int):
+        return extent
+    return int(extent) if isinstance(extent, tirx.IntImm) else None
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    return _static(sch.get(loop).extent)
+
+
+def _pow2_divisor(extent: int, limit: int) -> int:
+    """The largest power of two that divides ``extent`` and is at most ``limit``."""
+    factor = 1
+    while factor * 2 <= limit and extent % (factor * 2) == 0:
+        factor *= 2
+    return factor
+
+
+def _divisor(extent: int, limit: int) -> int:
+    """The largest divisor of ``extent`` that is at most ``limit``."""
+    for factor in range(min(extent, limit), 0, -1):
+        if extent % factor == 0:
+            return factor
+    return 1
+
+
+def _out_dtype(sch: s_tir.Schedule, block) -> str:
+    writes = sch.get(block).writes
+    return str(writes[0].source.dtype) if writes else "float32"
+
+
+def _region_vars(region) -> list[set]:
+    """Per dimension of a buffer region, the variables its start uses."""
+    return [collect_vars_used_in_prim_expr(r.min) for r in region.region]
+
+
+def _uses(variables, var) -> bool:
+    return any(var.same_as(v) for v in variables)
+
+
+def _work(sch: s_tir.Schedule, loops) -> int | None:
+    total = 1
+    for loop in loops:
+        extent = _extent(sch, loop)
+        if extent is None:
+            return None
+        total *= extent
+    return total
+
+
+def _maybe_parallel(sch: s_tir.Schedule, loop, work: int | None, target: Target) -> None:
+    if _cores(target) > 1 and (work is None or work >= _PARALLEL_MIN_WORK):
+        sch.parallel(loop)
+
+
+def _root_blocks(sch: s_tir.Schedule) -> list:
+    return sch.get_child_blocks(sch.get_sblock("root"))
+
+
+def _is_spatial(sch: s_tir.Schedule, block) -> bool:
+    """No reduction (normalizing makes a one-step reduction's iterator spatial, but its
+    init stays)."""
+    stmt = sch.get(block)
+    return stmt.init is None and all(i.iter_type == tirx.IterVar.DataPar for i in stmt.iter_vars)
+
+
+def _kept_apart(sch: s_tir.Schedule, block) -> bool:
+    """Spatial blocks a reduction should not inline: padding (it would test bounds at every
+    reduction step) and tables computed from indices alone (Winograd's matrices: a chain of
+    selects at every step)."""
+    stmt = sch.get(block)
+    return bool(_has_if_then_else(stmt)) or not stmt.reads
+
+
+def _inline_spatial(sch: s_tir.Schedule, keep=()) -> None:
+    """Inlines every spatial block it can (into its consumers, else into its producer), but
+    those named in ``keep``."""
+    progress = True
+    while progress:
+        progress = False
+        for inline in (sch.compute_inline, sch.reverse_compute_inline):
+            for block in _root_blocks(sch):
+                if sch.get(block).name_hint in keep or not _is_spatial(sch, block):
+                    continue
+                if inline == sch.reverse_compute_inline and not all(
+                        _is_spatial(sch, p) for p in sch.get_producers(block)):
+                    continue  # TVM would apply it to a reduction's init as well
+                try:
+                    inline(block)
+                except Exception:  # pylint: disable=broad-except  # not inlinable: next
+                    continue
+                progress = True
+                break
+            if progress:
+                break
+
+
+def _schedule_spatial(sch: s_tir.Schedule, block, target: Target) -> None:
+    """Fuses a spatial loop nest, runs its outer part in parallel and vectorizes its innermost
+    axis by a power of two that divides it."""
+    loops = list(sch.get_loops(block))
+    if not loops:
+        return
+    work = _work(sch, loops)
+    lanes = vector_lanes(target, _out_dtype(sch, block))
+    inner = None
+    extent = _extent(sch, loops[-1])
+    if extent is not None and extent >= 2 and lanes >= 2:
+        factor = _pow2_divisor(extent, lanes)
+        if factor >= 2:
+            if factor < extent:
+                loops[-1], inner = sch.split(loops[-1], factors=[None, factor])
+            else:
+                inner = loops.pop()
+    if loops:
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        _maybe_parallel(sch, fused, work, target)
+    if inner is not None:
+        sch.vectorize(inner)
+
+
+def _vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Vectorizes the innermost loop of ``block`` by a power of two dividing it (at most
+    ``lanes``)."""
+    loops = sch.get_loops(block)
+    extent = _extent(sch, loops[-1]) if loops else None
+    if extent is None or extent < 2:
+        return
+    factor = _pow2_divisor(extent, lanes)
+    if factor < 2:
+        return
+    inner = sch.split(loops[-1], factors=[None, factor])[1] if factor < extent else loops[-1]
+    sch.vectorize(inner)
+
+
+def _layout_free(func: tirx.PrimFunc, buffer) -> bool:
+    """Whether ``buffer`` is an operand the kernel may read in a layout of its own: a constant
+    at every call (runtime._layout_free_constants marks them)."""
+    free = func.attrs.get("layout_free_buffers", None) if func.attrs else None
+    if free is None:
+        return False
+    # A PrimFunc's parameters are its buffers.
+    index = next((n for n, param in enumerate(func.params) if param.same_as(buffer)), None)
+    return index is not None and any(int(i) == index for i in free)
+
+
+def _lay_out_again(sch: s_tir.Schedule, block, read_index: int, index_map) -> None:
+    """Reads operand ``read_index`` of ``block`` in the layout ``index_map`` gives, from a
+    copy marked as a layout rewrite: SplitLayoutRewritePreproc moves the copy out of the
+    kernel and FoldConstant computes it when compiling."""
+    copy = sch.cache_read(block, read_index, "global")
+    sch.annotate(copy, _PREPROC, True)
+    sch.transform_layout(block, ("read", read_index), index_map)
+
+
+def _write_back(sch: s_tir.Schedule, block, loop, lanes: int, fuse_consumer: bool) -> str | None:
+    """Keeps ``block``'s result in a local buffer per iteration of ``loop``. With
+    ``fuse_consumer``, its one spatial consumer (the elementwise epilogue, its stages
+    inlined into it) is computed there too, and its name returned; else (or where TVM
+    refuses that) a copy out to the block's own output is."""
+    consumers = sch.get_consumers(block)
+    if fuse_consumer and len(consumers) == 1 and _is_spatial(sch, consumers[0]):
+        epilogue = consumers[0]
+        name = sch.get(epilogue).name_hint
+        try:
+            sch.reverse_compute_at(epilogue, loop, preserve_unit_loops=True)
+        except Exception:  # pylint: disable=broad-except
+            pass  # refused before anything changed: the epilogue stays a loop nest of its own
+        else:
+            sch.set_scope(block, 0, "local")
+            _vectorize_innermost(sch, epilogue, lanes)
+            return name
+    copy = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(copy, loop, preserve_unit_loops=True)
+    _vectorize_innermost(sch, copy, lanes)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Reduction stages: multiply-accumulates and reductions vectorized along their output
+
+
+def _loads(expr, buffer) -> bool:
+    return isinstance(expr, tvm.ir.expr.TensorLoad) and expr.source.same_as(buffer)
+
+
+@dataclass
+class _Axes:
+    """How a block is ``C[..] += A[..] * B[..]``, by positions in its iterators: ``j`` indexes
+    C's innermost dimension and B (dimension ``b_dim``) but not A, ``i`` is C's innermost
+    dimension that B does not read, ``outer_b`` other spatial iterators B reads (batches),
+    ``outer_a`` the rest, ``reduce`` the reductions."""
+
+    a: int
+    b: int
+    b_dim: int
+    j: int
+    i: int | None
+    outer_b: list
+    outer_a: list
+    reduce: list
+
+
+def _contraction_axes(sch: s_tir.Schedule, info) -> _Axes | None:
+    stmt = sch.get(info.block_rv)
+    if len(stmt.reads) != 2 or len(stmt.writes) != 1 or not stmt.writes[0].region:
+        return None
+    store = stmt.body
+    if not (isinstance(store, tirx.BufferStore) and isinstance(store.value, tirx.Add)):
+        return None
+    value = store.value
+    if _loads(value.a, store.buffer):
+        product = value.b
+    elif _loads(value.b, store.buffer):
+        product = value.a
+    else:
+        return None
+    while isinstance(product, tirx.Cast):
+        product = product.value
+    if not isinstance(product, tirx.Mul):
+        return None
+    iter_vars = [it.var for it in info.iters]
+    j_start = stmt.writes[0].region[-1].min
+    j = next((n for n, v in enumerate(iter_vars) if v.same_as(j_start)), None)
+    if j is None or info.iters[j].kind != "S" or _static(info.iters[j].dom) is None:
+        return None
+    reads = [set().union(*_region_vars(r)) for r in stmt.reads]
+    in_reads = [[_uses(vs, v) for vs in reads] for v in iter_vars]
+    if in_reads[j] == [False, True]:
+        a, b = 0, 1
+    elif in_reads[j] == [True, False]:
+        a, b = 1, 0
+    else:
+        return None
+    b_dims = [n for n, vs in enumerate(_region_vars(stmt.reads[b])) if _uses(vs, iter_vars[j])]
+    if len(b_dims) != 1 or not stmt.reads[b].region[b_dims[0]].min.same_as(iter_vars[j]):
+        return None
+    out_position = {}
+    for n, vs in enumerate(_region_vars(stmt.writes[0])):
+        for m, v in enumerate(iter_vars):
+            if _uses(vs, v):
+                out_position[m] = n
+    axes = _Axes(a=a, b=b, b_dim=b_dims[0], j=j, i=None, outer_b=[], outer_a=[], reduce=[])
+    for n, it in enumerate(info.iters):
+        if n == j:
+            continue
+        if it.kind == "R":
+            if not all(in_reads[n]):
+                return None
+            axes.reduce.append(n)
+        elif it.kind != "S":
+            return None
+        elif in_reads[n][b]:
+            axes.outer_b.append(n)
+        else:
+            axes.outer_a.append(n)
+    candidates = [n for n in axes.outer_a if _static(info.iters[n].dom) != 1 and n in out_position]
+    if candidates:
+        axes.i = max(candidates, key=lambda n: out_position[n])
+        axes.outer_a.remove(axes.i)
+    return axes if axes.reduce else None
+
+
+def _row_tile(extent: int | None, rows: int) -> int:
+    """Rows per register tile, at most ``rows``: the one that wastes least on the last tile
+    (which TVM guards) among those of at least half ``rows``, else a smaller divisor."""
+    if extent is None:
+        return rows
+    if extent <= rows:
+        return extent
+    best = min(range(rows, (rows + 1) // 2 - 1, -1), key=lambda t: -(-extent // t) * t - extent)
+    return best
+
+
+def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
+                      max_rows: int, pack: bool):
+    """Register tiles for a multiply-accumulate: j split into vectors (``jv`` lanes) and
+    ``jt`` of them, i into ``it`` rows, the reduction loops between the tiles and the tile;
+    the tiles fused and run in parallel, the tile unrolled and vectorized. B, when constant,
+    laid out as [j / (jt jv), .., jt jv] (one contiguous stream per tile). Returns (the fused
+    loop, the lanes, the first reduction loop), or None where j has no vector width."""
+    main = info.block_rv
+    stmt = sch.get(main)
+    lanes = vector_lanes(target, str(stmt.writes[0].source.dtype))
+    j_extent = _static(info.iters[axes.j].dom)
+    jv = _pow2_divisor(j_extent, lanes)
+    if jv < 2:
+        return None
+    i_extent = _static(info.iters[axes.i].dom) if axes.i is not None else 1
+    jt = next(t for t in ((4, 2, 1) if i_extent is not None and i_extent < 4 else (2, 1))
+              if (j_extent // jv) % t == 0)
+    it = _row_tile(i_extent, max(1, min(max_rows, vector_registers(target) * 3 // 4 // jt)))
+    b_read = stmt.reads[axes.b]
+    contiguous = axes.b_dim == len(b_read.region) - 1
+    free = _layout_free(func, b_read.source)
+    if not contiguous and not free:
+        return None
+    if free and (pack or not contiguous):
+        width, dim = jt * jv, axes.b_dim
+        _lay_out_again(sch, main, axes.b, lambda *x: (
+            x[dim] // width, *(v for n, v in enumerate(x) if n != dim), x[dim] % width))
+    loops = [it_.loop_rv for it_ in info.iters]
+    j_outer, j_tile, j_vector = sch.split(loops[axes.j], factors=[None, jt, jv])
+    if axes.i is not None:
+        i_outer, i_tile = sch.split(loops[axes.i], factors=[None, it])
+        i_loops = [i_outer]
+    else:
+        i_tile, i_loops = None, []
+    outer = ([loops[n] for n in axes.outer_b] + [j_outer] + [loops[n] for n in axes.outer_a]
+             + i_loops)
+    reduce = [loops[n] for n in axes.reduce]
+    tile = ([i_tile] if i_tile is not None else []) + [j_tile, j_vector]
+    sch.reorder(*outer, *reduce, *tile)
+    work = _work(sch, [*outer, *reduce, *tile])
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    _maybe_parallel(sch, fused, work, target)
+    if i_tile is not None:
+        sch.unroll(i_tile)
+    sch.unroll(j_tile)
+    sch.vectorize(j_vector)
+    return fused, jv, reduce[0]
+
+
+def _vector_axis(sch: s_tir.Schedule, info, func: tirx.PrimFunc):
+    """For a block of one output, the position of the iterator of the output's innermost
+    dimension, and the reads (index, dimension) to lay out again so that it indexes their
+    innermost dimension too; None where a read uses it otherwise."""
+    stmt = sch.get(info.block_rv)
+    if len(stmt.writes) != 1 or not stmt.writes[0].region:
+        return None
+    last = stmt.writes[0].region[-1].min
+    axis = next((n for n, it in enumerate(info.iters) if it.var.same_as(last)), None)
+    if axis is None or info.iters[axis].kind != "S" or _static(info.iters[axis].dom) is None:
+        return None
+    packs = []
+    for index, region in enumerate(stmt.reads):
+        dims = [n for n, vs in enumerate(_region_vars(region)) if _uses(vs, last)]
+        if not dims:
+            continue
+        if len(dims) != 1:
+            return None
+        start = region.region[dims[0]].min
+        if dims[0] == len(region.region) - 1:
+            # Innermost, with any constant stride (pools in NCHW read every other element).
+            linear = detect_linear_equation(start, [last])
+            if len(linear) != 2 or not isinstance(linear[0], tirx.IntImm) or \
+                    _uses(collect_vars_used_in_prim_expr(linear[1]), last):
+                return None
+        elif start.same_as(last) and _layout_free(func, region.source):
+            packs.append((index, dims[0]))
+        else:
+            return None
+    return axis, packs
+
+
+def _tile_spatial_reduction(sch: s_tir.Schedule, func, target: Target, info):
+    """The output's innermost axis vectorized inside the reduction loops, the other spatial
+    loops fused and run in parallel. Returns (the fused loop or None when there is none, the
+    lanes, the first reduction loop), or None where the block does not fit."""
+    found = _vector_axis(sch, info, func)
+    if found is None:
+        return None
+    axis, packs = found
+    main = info.block_rv
+    lanes = vector_lanes(target, _out_dtype(sch, main))
+    extent = _static(info.iters[axis].dom)
+    width = _pow2_divisor(extent, lanes)
+    reduce = [it.loop_rv for it in info.iters if it.kind == "R"]
+    if width < 2 or not reduce or any(it.kind not in "SR" for it in info.iters):
+        return None
+    for index, dim in packs:
+        _lay_out_again(sch, main, index, lambda *x, d=dim: (
+            *(v for n, v in enumerate(x) if n != d), x[d]))
+    loops = [it.loop_rv for it in info.iters]
+    spatial = [loops[n] for n, it in enumerate(info.iters) if it.kind == "S" and n != axis]
+    if width < extent:
+        outer, vector = sch.split(loops[axis], factors=[None, width])
+        spatial.append(outer)
+    else:
+        vector = loops[axis]
+    sch.reorder(*spatial, *reduce, vector)
+    work = _work(sch, [*spatial, *reduce, vector])
+    sch.vectorize(vector)
+    fused = None
+    if spatial:
+        fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+        _maybe_parallel(sch, fused, work, target)
+    return fused, width, reduce[0]
+
+
+def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_rows: int,
+                         pack: bool) -> bool:
+    """Inlines the spatial blocks (but padding and tables), then schedules each reduction
+    block with the first of ``stages`` ("contraction", "spatial") that fits it, the last one
+    with its epilogue; the spatial blocks left are scheduled as loop nests of their own."""
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return False
+    names = [info.name for info in infos
+             if not info.is_injective() or not _is_spatial(sch, info.block_rv)]
+    keep = {sch.get(b).name_hint for b in _root_blocks(sch)
+            if _is_spatial(sch, b) and _kept_apart(sch, b)}
+    _inline_spatial(sch, keep=keep)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return False
+    by_name = {info.name: info for info in infos}
+    if any(name not in by_name for name in names):
+        return False
+    others = [info.name for info in infos if info.name not in names]
+    for position, name in enumerate(names):
+        info = by_name[name]
+        tiled = None
+        for stage in stages:
+            if stage == "contraction":
+                axes = _contraction_axes(sch, info)
+                if axes is not None:
+                    tiled = _tile_contraction(sch, func, target, info, axes, max_rows, pack)
+            elif stage == "spatial":
+                tiled = _tile_spatial_reduction(sch, func, target, info)
+            if tiled is not None:
+                break
+        if tiled is None:
+            return False
+        fused, lanes, first_reduce = tiled
+        if fused is not None:
+            fused_in = _write_back(sch, info.block_rv, fused, lanes,
+                                   fuse_consumer=position == len(names) - 1)
+            if fused_in in others:
+                others.remove(fused_in)
+        init = sch.decompose_reduction(info.block_rv, first_reduce)
+        _vectorize_innermost(sch, init, lanes)
+    for name in others:
+        _schedule_spatial(sch, sch.get_sblock(name), target)
+    return True
+
+
+# ---------------------------------------------------------------------------------------
+# Rules
+
+
+class _Rule(dl.ScheduleRule):
+    """A CPU rule: None off LLVM targets and wherever scheduling raises (so that the next
+    rule is tried); subclasses write ``schedule(sch, func, target) -> bool``."""
+
+    def apply(self, func, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        try:
+            sch = s_tir.Schedule(func.with_attr(RULE_ATTR, type(self).__name__))
+            return sch if self.schedule(sch, func, target) else None
+        except Exception:  # pylint: disable=broad-except
+            return None
+
+    def schedule(self, sch: s_tir.Schedule, func: tirx.PrimFunc, target: Target) -> bool:
+        raise NotImplementedError
+
+
+def _reductions(sch: s_tir.Schedule) -> list | None:
+    """The reduction blocks (a reduction of one step counts, though normalizing drops it)."""
+    infos = normalize_prim_func(sch)
+    return None if infos is None else [
+        info for info in infos if not info.is_injective() or not _is_spatial(sch, info.block_rv)]
+
+
+class Injective(_Rule):
+    """Spatial loops only: inline, then fuse, parallelize and vectorize each loop nest left."""
+
+    def schedule(self, sch, func, target):
+        if _reductions(sch) != []:
+            return False
+        _inline_spatial(sch)
+        for block in _root_blocks(sch):
+            _schedule_spatial(sch, block, target)
+        return True
+
+
+class Contraction(_Rule):
+    """One multiply-accumulate (matmul, batch matmul, dense, NHWC convolution) and its
+    elementwise epilogue: register tiles of ``it`` rows of i (at most ``max_rows``) by ``jt``
+    vectors of j, accumulated in a local buffer over every reduction step, then passed
+    through the epilogue; the tiles run in parallel. With ``pack``, constant B operands are
+    laid out per tile when compiling even where j is already their innermost dimension (a
+    tile's rows then lie a row of B apart: measured 2.5-3.5x slower on BERT's matmuls)."""
+
+    max_rows = 8
+    pack = True
+
+    def schedule(self, sch, func, target):
+        reductions = _reductions(sch)
+        if reductions is None or len(reductions) != 1 or \
+                _contraction_axes(sch, reductions[0]) is None:
+            return False
+        return _schedule_reductions(sch, func, target, ("contraction",), self.max_rows,
+                                    self.pack)
+
+
+class SpatialReduction(_Rule):
+    """One reduction whose output's innermost axis is also its inputs' (pooling and channel
+    reductions in NHWC, reductions over outer axes, depthwise convolutions): that axis
+    vectorized inside the reduction loops, the other output axes fused and run in parallel,
+    the result in a local buffer and the epilogue computed per vector."""
+
+    def schedule(self, sch, func, target):
+        reductions = _reductions(sch)
+        if reductions is None or len(reductions) != 1 or \
+                _vector_axis(sch, reductions[0], func) is None:
+            return False
+        return _schedule_reductions(sch, func, target, ("spatial",), 0, False)
+
+
+class Stages(_Rule):
+    """Several reductions, each a multiply-accumulate or a reduction vectorized along its
+    output (Winograd convolutions), each scheduled as those rules do at the top level."""
+
+    def schedule(self, sch, func, target):
+        reductions = _reductions(sch)
+        if reductions is None or len(reductions) < 2:
+            return False
+        return _schedule_reductions(sch, func, target, ("contraction", "spatial"),
+                                    Contraction.max_rows, Contraction.pack)
+
+
+class Guarded(dl.ScheduleRule):
+    """Another rule (TVM's), its schedule errors turned into None."""
+
+    def __init__(self, rule: dl.ScheduleRule):
+        self.rule = rule
+
+    def apply(self, func, target: Target, tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm" or \
+                not self.fits(func):
+            return None
+        try:
+            return self.rule.apply(func.with_attr(RULE_ATTR, type(self.rule).__name__), target,
+                                   tunable)
+        except Exception:  # pylint: disable=broad-except
+            return None
+
+    def fits(self, func) -> bool:  # pylint: disable=unused-argument
+        return True
+
+
+class SameRows(Guarded):
+    """TVM's ``dlight.cpu.Reduction`` where every block's leading spatial axes (the rows it
+    runs in parallel and computes a row's stages under) have the same extents."""
+
+    def __init__(self):
+        super().__init__(dl.cpu.Reduction())
+
+    def fits(self, func) -> bool:
+        try:
+            infos = normalize_prim_func(s_tir.Schedule(func))
+        except Exception:  # pylint: disable=broad-except
+            return False
+        if not infos:
+            return False
+        leads = []
+        for info in infos:
+            kinds = info.dom_kind()
+            leads.append([_static(d) for d in info.dom()[:len(kinds) - len(kinds.lstrip("S"))]])
+        rows = min(len(lead) for lead in leads)
+        return rows > 0 and all(lead[:rows] == leads[0][:rows] for lead in leads)
+
+
+class Fallback(_Rule):
+    """Every kernel, loop nest by loop nest: spatial loops first, fused and run in parallel
+    where TVM allows it; spatial nests also vectorized. Nests TVM cannot analyse (opaque
+    blocks, loop-carried scans) keep their loops."""
+
+    def schedule(self, sch, func, target):
+        for block in _root_blocks(sch):
+            try:
+                self._nest(sch, block, target)
+            except Exception:  # pylint: disable=broad-except
+                continue  # checked before anything changes: the nest keeps its loops
+        return True
+
+    @staticmethod
+    def _nest(sch, block, target):
+        stmt = sch.get(block)
+        loops = sch.get_loops(block)
+        if not loops:
+            return
+        if not stmt.iter_vars or len(loops) != len(stmt.iter_vars):
+            sch.parallel(loops[0])  # TVM refuses where it cannot prove that safe
+            return
+        kinds = [i.iter_type for i in stmt.iter_vars]  # one loop per iterator, as TE makes them
+        spatial = [loop for loop, k in zip(loops, kinds) if k == tirx.IterVar.DataPar]
+        reduce = [loop for loop, k in zip(loops, kinds) if k != tirx.IterVar.DataPar]
+        if not reduce:
+            _schedule_spatial(sch, block, target)
+        elif spatial:
+            sch.reorder(*spatial, *reduce)
+            work = _work(sch, loops)
+            fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+            _maybe_parallel(sch, fused, work, target)
+
+
+def default_rules() -> list[dl.ScheduleRule]:
+    """The rules, in the order they are tried."""
+    return [Injective(), Contraction(), SpatialReduction(), Stages(), Guarded(dl.cpu.GEMV()),
+            SameRows(), Fallback()]
+
+
+def default_schedules() -> tvm.transform.Pass:
+    """Schedules every kernel still unscheduled with the CPU rules, under the current target."""
+    return dl.ApplyDefaultSchedule(*default_rules())

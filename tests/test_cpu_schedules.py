@@ -1,0 +1,339 @@
+"""Default CPU schedules (targets.cpu_schedules): each rule takes the kernels it is for, on
+odd, tiny and ordinary shapes and several dtypes, and the scheduled build computes what NumPy
+does; every kernel of a default CPU build is scheduled (a small CNN, a transformer block, for
+the host and for cross targets); tuning records still come first."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import targets
+from odla_tvm.demo import build_small_cnn
+from targets import cpu_schedules as cs
+from targets.runtime import _kernels, _scheduled, compile_module
+
+HOST = targets.host_cpu()
+RNG = np.random.default_rng(7)
+
+
+def data(shape, dtype="float32", low=-2, high=3):
+    if np.dtype(dtype).kind in "iu":
+        return RNG.integers(low, high, shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def relax_module(inputs, body):
+    """A module whose main takes ``inputs`` (name -> (shape, dtype)) and returns ``body(*vars)``
+    (an expr or a list of them) as a tuple."""
+    bb = relax.BlockBuilder()
+    params = [relax.Var(name, relax.TensorType(shape, dtype))
+              for name, (shape, dtype) in inputs.items()]
+    with bb.function("main", params):
+        with bb.dataflow():
+            results = body(*params)
+            results = results if isinstance(results, list) else [results]
+            outputs = [bb.emit_output(r) for r in results]
+        bb.emit_func_output(relax.Tuple(outputs))
+    return bb.get()
+
+
+def rules_of(mod, spec=HOST):
+    """Kernel name -> the rule that scheduled it, in the module a default build compiles."""
+    with tvm.transform.PassContext(opt_level=3), spec.tvm_target():
+        scheduled = _scheduled(mod, spec, None)
+    assert _kernels(scheduled, scheduled=False) == []
+    return {gv.name_hint: str(f.attrs[cs.RULE_ATTR]) for gv, f in scheduled.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc) and cs.RULE_ATTR in f.attrs}
+
+
+def check(mod, arrays, expected, rule=None, rtol=1e-5, atol=1e-5):
+    """Compiles ``mod`` as a default CPU build, runs it on ``arrays`` and compares with
+    ``expected``; ``rule``, when given, must have scheduled one of its kernels."""
+    if rule is not None:
+        assert rule in rules_of(mod).values(), rules_of(mod)
+    outputs = compile_module(mod, HOST).run(arrays)
+    for got, want in zip(outputs, expected):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def const(array):
+    return relax.const(array, str(array.dtype))
+
+
+# --- what the target offers --------------------------------------------------------------
+
+def test_vector_lanes_follow_the_targets_features():
+    avx2 = targets.get_target("x86-64-avx2").tvm_target()
+    arm = targets.registry.AARCH64_LINUX.tvm_target()
+    assert cs.vector_lanes(avx2, "float32") == 8 and cs.vector_lanes(avx2, "int64") == 4
+    assert cs.vector_lanes(arm, "float32") == 4 and cs.vector_lanes(arm, "float16") == 8
+    assert cs.vector_registers(avx2) == 16 and cs.vector_registers(arm) == 32
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    assert cs.vector_lanes(avx512, "float32") == 16 and cs.vector_lanes(avx512, "bool") == 64
+    host = HOST.tvm_target()
+    assert cs.vector_lanes(host, "float32") in (4, 8, 16)
+
+
+def test_tile_sizes_divide_or_waste_little():
+    assert cs._pow2_divisor(1008, 16) == 16 and cs._pow2_divisor(1000, 16) == 8
+    assert cs._pow2_divisor(3, 16) == 1 and cs._divisor(49, 8) == 7
+    assert [cs._row_tile(e, 8) for e in (1, 3, 13, 49, 56, 128)] == [1, 3, 7, 7, 8, 8]
+
+
+# --- Injective ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64", "float16"])
+@pytest.mark.parametrize("shape,other", [((1,), (1,)), ((3,), (1,)), ((7, 5), (5,)),
+                                         ((2, 3, 17), (3, 1)), ((4, 64), (4, 1)),
+                                         ((2, 33, 16), (16,))])
+def test_elementwise_with_broadcast(shape, other, dtype):
+    a, b = data(shape, dtype), data(other, dtype)
+    mod = relax_module({"a": (shape, dtype), "b": (other, dtype)},
+                       lambda x, y: relax.op.maximum(relax.op.multiply(relax.op.add(x, y), x), y))
+    check(mod, [a, b], [np.maximum((a + b) * a, b)], "Injective",
+          rtol=1e-3 if dtype == "float16" else 1e-5)
+
+
+@pytest.mark.parametrize("shape,axes", [((5, 7), (1, 0)), ((2, 3, 5, 7), (0, 2, 3, 1)),
+                                        ((1, 3, 224, 3), (0, 3, 1, 2)), ((1, 1, 1), (2, 0, 1))])
+def test_transposes_reshapes_and_casts(shape, axes):
+    a = data(shape)
+    mod = relax_module({"a": (shape, "float32")}, lambda x: [
+        relax.op.astype(relax.op.permute_dims(x, axes), "int32"),
+        relax.op.reshape(relax.op.permute_dims(x, axes), (int(np.prod(shape)),))])
+    moved = np.transpose(a, axes)
+    check(mod, [a], [moved.astype("int32"), moved.reshape(-1)], "Injective")
+
+
+def test_padding_gather_and_concatenation():
+    a, b = data((2, 5, 3)), data((2, 4, 3))
+    idx = np.array([3, 0, 4, 4, 1], "int64")
+    mod = relax_module({"a": ((2, 5, 3), "float32"), "b": ((2, 4, 3), "float32"),
+                        "i": ((5,), "int64")}, lambda x, y, i: [
+        relax.op.nn.pad(x, (0, 0, 1, 2, 0, 1), pad_value=0.5),
+        relax.op.take(x, i, axis=1),
+        relax.op.concat([x, y], axis=1)])
+    padded = np.pad(a, ((0, 0), (1, 2), (0, 1)), constant_values=0.5)
+    check(mod, [a, b, idx], [padded, a[:, idx], np.concatenate([a, b], 1)], "Injective")
+
+
+# --- Contraction -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m,k,n", [(1, 32, 10), (7, 13, 48), (13, 5, 1008), (128, 64, 96),
+                                   (3, 1, 16), (33, 17, 2)])
+def test_matmul_with_constant_weights_bias_and_relu(m, k, n):
+    x, w, bias = data((m, k)), data((k, n)), data((n,))
+    mod = relax_module({"x": ((m, k), "float32")}, lambda v: relax.op.nn.relu(
+        relax.op.add(relax.op.matmul(v, const(w)), const(bias))))
+    check(mod, [x], [np.maximum(x @ w + bias, 0)], "Contraction" if k > 1 else None, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
+@pytest.mark.parametrize("b,m,k,n", [(1, 1, 1, 2), (3, 17, 8, 24), (2, 5, 64, 64), (12, 16, 8, 16)])
+def test_batch_matmul_of_two_inputs(b, m, k, n, dtype):
+    x, y = data((b, m, k), dtype), data((b, k, n), dtype)
+    mod = relax_module({"x": ((b, m, k), dtype), "y": ((b, k, n), dtype)},
+                       lambda u, v: relax.op.matmul(u, v))
+    check(mod, [x, y], [np.matmul(x, y)], "Contraction" if k > 1 else None, rtol=1e-4)
+
+
+def test_matmul_of_a_transposed_constant_and_a_residual():
+    """A dense layer (weights stored N x K): laid out again when compiling."""
+    x, w, r = data((6, 40)), data((24, 40)), data((6, 24))
+    mod = relax_module({"x": ((6, 40), "float32"), "r": ((6, 24), "float32")}, lambda v, s:
+                       relax.op.add(relax.op.matmul(v, relax.op.permute_dims(const(w))), s))
+    check(mod, [x, r], [x @ w.T + r], "Contraction", rtol=1e-4)
+
+
+def test_matmul_with_a_dynamic_batch():
+    w = data((24, 32))
+    n = tvm.tirx.Var("n", "int64")
+    mod = relax_module({"x": ((n, 24), "float32")}, lambda v: relax.op.matmul(v, const(w)))
+    module = compile_module(mod, HOST)
+    assert "Contraction" in rules_of(mod).values()
+    for rows in (1, 5, 16):
+        x = data((rows, 24))
+        np.testing.assert_allclose(module.run([x])[0], x @ w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("c_in,c_out,size,kernel,stride,pad", [
+    (3, 16, 9, 3, 1, 1), (4, 8, 7, 1, 1, 0), (5, 32, 11, 3, 2, 1), (8, 24, 6, 5, 1, 2),
+    (16, 10, 13, 1, 1, 0), (3, 5, 4, 2, 2, 0)])
+def test_convolutions_with_bias_and_relu(c_in, c_out, size, kernel, stride, pad):
+    """NCHW graphs: host builds convert convolutions to NHWC (odd channels padded, see
+    conv_rewrites)."""
+    x = data((1, c_in, size, size))
+    w, bias = data((c_out, c_in, kernel, kernel)) * 0.3, data((1, c_out, 1, 1))
+    mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.relu(relax.op.add(
+        relax.op.nn.conv2d(v, const(w), strides=stride, padding=pad), const(bias))))
+    expected = np.maximum(_conv_nchw(x, w, stride, pad) + bias, 0)
+    check(mod, [x], [expected], "Contraction" if c_out % 2 == 0 else None, rtol=1e-4, atol=1e-4)
+
+
+def _conv_nchw(x, w, stride, pad, groups=1):
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow), np.float64)
+    per_group = o // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                rows, cols = slice(i, i + stride * oh, stride), slice(j, j + stride * ow, stride)
+                patch = x[:, g * cg:(g + 1) * cg, rows, cols]
+                out[:, g * per_group:(g + 1) * per_group] += np.einsum(
+                    "nchw,oc->nohw", patch, w[g * per_group:(g + 1) * per_group, :, i, j])
+    return out.astype(np.float32)
+
+
+# --- SpatialReduction, Stages, row reductions --------------------------------------------
+
+@pytest.mark.parametrize("layout,shape", [("NHWC", (1, 9, 9, 16)), ("NHWC", (2, 7, 7, 3)),
+                                          ("NCHW", (1, 8, 12, 12)), ("NHWC", (1, 5, 5, 1024))])
+def test_pools(layout, shape):
+    x = data(shape)
+    mod = relax_module({"x": (shape, "float32")}, lambda v: [
+        relax.op.nn.max_pool2d(v, 3, 2, 1, layout=layout),
+        relax.op.nn.avg_pool2d(v, 2, 1, 0, layout=layout),
+        relax.op.mean(v, axis=[1, 2] if layout == "NHWC" else [2, 3], keepdims=True)])
+    nchw = x if layout == "NCHW" else x.transpose(0, 3, 1, 2)
+    padded = np.pad(nchw, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    h = (nchw.shape[2] + 2 - 3) // 2 + 1
+    maxed = np.max([padded[:, :, i:i + 2 * h:2, j:j + 2 * h:2]
+                    for i in range(3) for j in range(3)], 0)
+    k = nchw.shape[2] - 1
+    averaged = np.mean([nchw[:, :, i:i + k, j:j + k] for i in range(2) for j in range(2)], 0)
+    back = (lambda a: a) if layout == "NCHW" else (lambda a: a.transpose(0, 2, 3, 1))
+    mean = nchw.mean(axis=(2, 3), keepdims=True)
+    # Three channels in NHWC have no vector width: other rules take those.
+    check(mod, [x], [back(maxed), back(averaged), back(mean)],
+          "SpatialReduction" if shape[-1] % 2 == 0 else None)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_sums_over_outer_axes(dtype):
+    x = data((6, 5, 32), dtype)
+    mod = relax_module({"x": ((6, 5, 32), dtype)}, lambda v: [
+        relax.op.sum(v, axis=0), relax.op.max(v, axis=[0, 1])])
+    check(mod, [x], [x.sum(0, dtype=dtype), x.max((0, 1))], "SpatialReduction")
+
+
+def test_depthwise_convolution():
+    x, w = data((1, 32, 10, 10)), data((32, 1, 3, 3))
+    mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.conv2d(
+        v, const(w), padding=1, groups=32))
+    check(mod, [x], [_conv_nchw(x, w, 1, 1, groups=32)], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels,size", [(32, 8), (48, 6), (64, 13)])
+def test_winograd_convolutions(channels, size):
+    """3x3 stride-1 convolutions of 32 channels or more become Winograd kernels (conv_rewrites):
+    input transform, batched products and inverse transform, each scheduled by Stages."""
+    x, w = data((1, channels, size, size)), data((32, channels, 3, 3)) * 0.1
+    mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.relu(
+        relax.op.nn.conv2d(v, const(w), padding=1)))
+    check(mod, [x], [np.maximum(_conv_nchw(x, w, 1, 1), 0)], "Stages", rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(1, 10), (1, 1000), (4, 37), (2, 12, 16, 16)])
+def test_softmax_and_layer_norm(shape):
+    x = data(shape)
+    gamma, beta = data(shape[-1:]), data(shape[-1:])
+    mod = relax_module({"x": (shape, "float32")}, lambda v: [
+        relax.op.nn.softmax(v, axis=-1),
+        relax.op.nn.layer_norm(v, const(gamma), const(beta), axes=[-1])])
+    e = np.exp(x - x.max(-1, keepdims=True))
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    check(mod, [x], [e / e.sum(-1, keepdims=True), (x - mean) / np.sqrt(var + 1e-5) * gamma + beta],
+          rtol=1e-4, atol=1e-5)
+
+
+def test_whatever_no_rule_fits_still_runs_right():
+    """Scans, arg-reductions and reductions over the innermost axis: the fallback's."""
+    x = data((3, 50))
+    mod = relax_module({"x": ((3, 50), "float32")}, lambda v: [
+        relax.op.cumsum(v, axis=1), relax.op.argmax(v, axis=1), relax.op.sum(v, axis=1)])
+    check(mod, [x], [np.cumsum(x, 1), np.argmax(x, 1), x.sum(1)], rtol=1e-4)
+
+
+# --- whole builds ------------------------------------------------------------------------
+
+def transformer_block(seq=16, width=64, heads=4):
+    """LayerNorm, attention (QKV matmuls, scaled QK^T, softmax, @V), GELU MLP, residuals,
+    and its NumPy reference."""
+    d = width // heads
+    w = {name: data(shape) * 0.2 for name, shape in [
+        ("q", (width, width)), ("k", (width, width)), ("v", (width, width)),
+        ("o", (width, width)), ("up", (width, 4 * width)), ("down", (4 * width, width))]}
+    gamma, beta, bias = data((width,)), data((width,)), data((4 * width,))
+    op = relax.op
+
+    def body(x):
+        h = op.nn.layer_norm(x, const(gamma), const(beta), axes=[-1])
+        def split(t):
+            return op.permute_dims(op.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
+        q, k, v = (split(op.matmul(h, const(w[n]))) for n in "qkv")
+        scores = op.multiply(op.matmul(q, op.permute_dims(k, (0, 1, 3, 2))),
+                             relax.const(1 / np.sqrt(d), "float32"))
+        att = op.matmul(op.nn.softmax(scores, axis=-1), v)
+        att = op.reshape(op.permute_dims(att, (0, 2, 1, 3)), (1, seq, width))
+        x = op.add(x, op.matmul(att, const(w["o"])))
+        up = op.nn.gelu(op.add(op.matmul(x, const(w["up"])), const(bias)))
+        return op.add(x, op.matmul(up, const(w["down"])))
+
+    def reference(x):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        h = (x - mean) / np.sqrt(var + 1e-5) * gamma + beta
+        split = lambda t: t.reshape(1, seq, heads, d).transpose(0, 2, 1, 3)  # noqa: E731
+        q, k, v = (split(h @ w[n]) for n in "qkv")
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        att = (e / e.sum(-1, keepdims=True)) @ v
+        x = x + att.transpose(0, 2, 1, 3).reshape(1, seq, width) @ w["o"]
+        u = x @ w["up"] + bias
+        erf = np.vectorize(__import__("math").erf)
+        return x + (0.5 * u * (1 + erf(u / np.sqrt(2)))).astype(np.float32) @ w["down"]
+
+    return relax_module({"x": ((1, seq, width), "float32")}, body), reference
+
+
+def test_every_kernel_of_a_transformer_block_is_scheduled():
+    mod, reference = transformer_block()
+    rules = rules_of(mod)
+    matmuls = [k for k in rules if "matmul" in k]
+    assert len(matmuls) >= 7 and all(rules[k] == "Contraction" for k in matmuls), rules
+    assert "Fallback" not in rules.values(), rules
+    x = data((1, 16, 64))
+    check(mod, [x], [reference(x).astype(np.float32)], rtol=1e-3, atol=1e-3)
+
+
+def test_every_kernel_of_a_small_cnn_is_scheduled():
+    mod = build_small_cnn(batch=2).build_module()
+    rules = rules_of(mod)
+    assert [k for k, r in rules.items() if "conv2d" in k and r != "Contraction"] == []
+    assert "Fallback" not in [r for k, r in rules.items() if k != "softmax"], rules
+    images = data((2, 3, 32, 32))
+    generic = dataclasses.replace(HOST, name="generic", schedules=("database",))
+    (expected,) = compile_module(mod, generic).run([images])
+    (got,) = compile_module(mod, HOST).run([images])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["x86-64-avx2", "aarch64-linux"])
+def test_cross_targets_schedule_every_kernel_too(name):
+    spec = targets.get_target(name) if name != "aarch64-linux" else targets.registry.AARCH64_LINUX
+    mod, _ = transformer_block(seq=8, width=32, heads=2)
+    assert "Contraction" in rules_of(mod, spec).values()
+    assert "Contraction" in rules_of(build_small_cnn(batch=1).build_module(), spec).values()
+    compile_module(mod, spec)  # and it compiles (aarch64: cross-compiled, not run)
+
+
+def test_targets_without_default_cpu_schedules_keep_the_generic_build():
+    generic = dataclasses.replace(HOST, name="generic", schedules=("database",))
+    with generic.tvm_target():
+        assert _scheduled(build_small_cnn(batch=1).build_module(), generic, None) is None
