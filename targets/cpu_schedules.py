@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr, normalize_prim_func
@@ -377,7 +378,9 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
     if jv < 2:
         return None
     i_extent = _static(info.iters[axes.i].dom) if axes.i is not None else 1
-    jt = next(t for t in ((4, 2, 1) if i_extent is not None and i_extent < 4 else (2, 1))
+    # Vectors per tile: two (three where the count is odd, as 1008 = 63 x 16 is), four when
+    # there are few rows to share each loaded value of A with.
+    jt = next(t for t in ((4, 2, 3, 1) if i_extent is not None and i_extent < 4 else (2, 3, 1))
               if (j_extent // jv) % t == 0)
     it = _row_tile(i_extent, max(1, min(max_rows, vector_registers(target) * 3 // 4 // jt)))
     b_read = stmt.reads[axes.b]
@@ -687,6 +690,136 @@ class Fallback(_Rule):
             _maybe_parallel(sch, fused, work, target)
 
 
+# ---------------------------------------------------------------------------------------
+# Vector math: LLVM expands exp, erf, tanh and sigmoid of a vector into one libm call per lane
+# (softmax, GELU, tanh and sigmoid kernels then ran scalar); these are polynomials of float32
+# that vectorize, accurate to a few units in the last place (checked in the tests).
+# Other float32 functions (log, sin, ...) keep LLVM's lowering: correct, one call per lane.
+
+
+def _f32(value: float):
+    return tirx.const(value, "float32")
+
+
+def _horner(x, coefficients):
+    result = _f32(coefficients[0])
+    for c in coefficients[1:]:
+        result = result * x + _f32(c)
+    return result
+
+
+def _nan_kept(x, value):
+    return tirx.Select(tirx.isnan(x), x, value)
+
+
+def _exp(x):
+    """Cephes' expf: x = n ln2 + r (ln2 in two parts), exp(r) by a degree-7 polynomial, 2^n
+    from the exponent bits; 0 below ln(FLT_MIN) (no denormals), inf above ln(FLT_MAX)."""
+    c = tirx.max(tirx.min(x, _f32(88.72283905206835)), _f32(-87.33654475055310))
+    n = tirx.floor(c * _f32(1.44269504088896341) + _f32(0.5))
+    r = c - n * _f32(0.693359375) + n * _f32(2.12194440e-4)
+    p = _horner(r, (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                    1.6666665459e-1, 5.0000001201e-1))
+    y = p * r * r + r + _f32(1.0)
+    # 2^n as 2^(n // 2) 2^(n - n // 2): n spans [-126, 128], past what one exponent holds.
+    n = tirx.Cast("int32", n)
+    low = tirx.shift_right(n, tirx.const(1, "int32"))
+    value = y * _power_of_two(low) * _power_of_two(n - low)
+    value = tirx.Select(x < _f32(-87.33654475055310), _f32(0.0), value)
+    return _nan_kept(x, tirx.Select(x > _f32(88.72283905206835), _f32(float("inf")), value))
+
+
+def _power_of_two(n):
+    """2^n for an int32 n in [-126, 127], from the exponent bits."""
+    return tirx.reinterpret("float32", tirx.shift_left(n + tirx.const(127, "int32"),
+                                                       tirx.const(23, "int32")))
+
+
+def _unit(value):
+    return tirx.max(tirx.min(value, _f32(1.0)), _f32(-1.0))
+
+
+def _erf(x):
+    """Eigen's float erf: a rational function of x on [-4, 4] (erf is +-1 in float32 beyond)."""
+    c = tirx.max(tirx.min(x, _f32(4.0)), _f32(-4.0))
+    c2 = c * c
+    p = c * _horner(c2, (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                         -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                         -1.60960333262415e-02))
+    q = _horner(c2, (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                     -7.37332916720468e-03, -1.42647390514189e-02))
+    return _nan_kept(x, _unit(p / q))
+
+
+def _tanh(x):
+    """Eigen's float tanh: a rational function of x on [-9, 9] (+-1 in float32 beyond)."""
+    c = tirx.max(tirx.min(x, _f32(9.0)), _f32(-9.0))
+    c2 = c * c
+    p = c * _horner(c2, (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                         5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                         4.89352455891786e-03))
+    q = _horner(c2, (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                     4.89352518554385e-03))
+    return _nan_kept(x, _unit(p / q))
+
+
+def _sigmoid(x):
+    return _f32(1.0) / (_f32(1.0) + _exp(-x))
+
+
+def _cosh_sinh_large(a):
+    """e^a / 2 for a > 10 (e^-a no longer counts), as (e^(a/2) / 2) e^(a/2): finite wherever
+    the result is."""
+    half = _exp(a * _f32(0.5))
+    return half * _f32(0.5) * half
+
+
+def _cosh(x):
+    a = tirx.abs(x)
+    e = _exp(a)
+    return tirx.Select(a > _f32(10.0), _cosh_sinh_large(a), _f32(0.5) * (e + _f32(1.0) / e))
+
+
+def _sinh(x):
+    """Taylor's series to x^11 below 1 in magnitude (the exponentials cancel there)."""
+    a = tirx.abs(x)
+    e = _exp(a)
+    large = tirx.Select(a > _f32(10.0), _cosh_sinh_large(a), _f32(0.5) * (e - _f32(1.0) / e))
+    x2 = x * x
+    small = x + x * x2 * _horner(x2, (1 / 39916800, 1 / 362880, 1 / 5040, 1 / 120, 1 / 6))
+    signed = tirx.Select(x < _f32(0.0), -large, large)
+    return _nan_kept(x, tirx.Select(a < _f32(1.0), small, signed))
+
+
+# LLVM has no vector form of sinh and cosh at all: vectorized, they would not compile.
+_VECTOR_MATH = {"tirx.exp": _exp, "tirx.erf": _erf, "tirx.tanh": _tanh, "tirx.sigmoid": _sigmoid,
+                "tirx.sinh": _sinh, "tirx.cosh": _cosh}
+
+
+def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with float32 exp, erf, tanh, sigmoid, sinh and cosh written as vectorizable
+    arithmetic."""
+
+    def rewrite(call):
+        name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        if name not in _VECTOR_MATH or str(call.ty) != "float32":
+            return call
+        x = tirx.Var("x", "float32")
+        return tirx.Let(x, call.args[0], _VECTOR_MATH[name](x))
+
+    body = tvm_ffi.structural_map(func.body, (tvm.ir.expr.Call, rewrite), order="post")
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
+@tvm.transform.module_pass(opt_level=0, name="CPUVectorMath")
+def _vector_math_pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """vector_math on the kernels these rules scheduled (tuned kernels stay as measured)."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc) and func.attrs and RULE_ATTR in func.attrs:
+            mod[gvar] = vector_math(func)
+    return mod
+
+
 def default_rules() -> list[dl.ScheduleRule]:
     """The rules, in the order they are tried."""
     return [Injective(), Contraction(), SpatialReduction(), Stages(), Guarded(dl.cpu.GEMV()),
@@ -694,5 +827,7 @@ def default_rules() -> list[dl.ScheduleRule]:
 
 
 def default_schedules() -> tvm.transform.Pass:
-    """Schedules every kernel still unscheduled with the CPU rules, under the current target."""
-    return dl.ApplyDefaultSchedule(*default_rules())
+    """Schedules every kernel still unscheduled with the CPU rules, under the current target,
+    and writes their float32 exp, erf, tanh and sigmoid as vector arithmetic."""
+    return tvm.transform.Sequential([dl.ApplyDefaultSchedule(*default_rules()),
+                                     _vector_math_pass])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -19,6 +20,8 @@ from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
 from .layouts import layout_passes
 from .registry import TargetSpec, cpu_count
+
+log = logging.getLogger(__name__)
 
 # TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
 # host code is compiled and tuned for every usable core, so it runs on as many. Read when the
@@ -474,16 +477,34 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
                    database=None, plugin_items=None) -> CompiledModule:
     """Compiles ``mod`` for ``spec``; ``database`` (a targets.tuning.TuningDatabase of this
     target: see find_database) schedules the kernels it has records for; ``plugin_items``
-    ("<plugin>.<item>" -> value) go to the target's vendor plugins."""
+    ("<plugin>.<item>" -> value) go to the target's vendor plugins. Where the default CPU
+    schedules fail on a module no record applies to (a graph pass or the code generator
+    refusing what they make), it compiles as TVM's generic build instead, saying why."""
     target = spec.tvm_target()
     recorder = _KernelRecorder()
-    with _compile_lock, tvm.transform.PassContext(opt_level=3, instruments=[recorder]), target:
-        scheduled = _scheduled(mod, spec, database, plugin_items)
-        if scheduled is None:
-            mod = _partitioned(mod, spec, plugin_items)
-            regions = vendor_plugins.offloaded_regions(mod)
-            library = tvm.compile(mod, target=target)
-        else:
-            regions = vendor_plugins.offloaded_regions(scheduled)
-            library = tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec))
+    with _compile_lock, target:
+        try:
+            library, regions = _compile(mod, spec, database, plugin_items, recorder)
+        except Exception as err:  # noqa: BLE001
+            if "cpu-default" not in spec.schedules or recorder.tuned:
+                raise
+            log.warning("default CPU schedules failed (%s: %s); compiling TVM's generic build",
+                        type(err).__name__, (str(err).strip().splitlines() or [""])[-1][:200])
+            recorder = _KernelRecorder()
+            library, regions = _compile(mod, spec, None, plugin_items, recorder, schedule=False)
     return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions)
+
+
+def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
+             recorder: _KernelRecorder, schedule: bool = True):
+    """(library, vendor regions) of one build: scheduled (see _scheduled) unless ``schedule``
+    is False or nothing schedules it, else TVM's generic build."""
+    target = spec.tvm_target()
+    with tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
+        scheduled = _scheduled(mod, spec, database, plugin_items) if schedule else None
+        if scheduled is not None:
+            regions = vendor_plugins.offloaded_regions(scheduled)
+            return tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec)), regions
+        mod = _partitioned(mod, spec, plugin_items)
+        regions = vendor_plugins.offloaded_regions(mod)
+        return tvm.compile(mod, target=target), regions

@@ -40,6 +40,11 @@ def relax_module(inputs, body):
     return bb.get()
 
 
+def _scheduled_kernels(mod, spec=HOST):
+    with tvm.transform.PassContext(opt_level=3), spec.tvm_target():
+        return _scheduled(mod, spec, None)
+
+
 def rules_of(mod, spec=HOST):
     """Kernel name -> the rule that scheduled it, in the module a default build compiles."""
     with tvm.transform.PassContext(opt_level=3), spec.tvm_target():
@@ -261,6 +266,48 @@ def test_whatever_no_rule_fits_still_runs_right():
     check(mod, [x], [np.cumsum(x, 1), np.argmax(x, 1), x.sum(1)], rtol=1e-4)
 
 
+# --- vector math -------------------------------------------------------------------------
+
+SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 88.7, 88.72, 89.0, -87.3, -87.4, -103.0, -200.0,
+           np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("name,ulps", [("exp", 2), ("erf", 8), ("tanh", 8), ("sigmoid", 4),
+                                       ("sinh", 4), ("cosh", 4)])
+def test_vector_math_is_accurate_and_calls_no_libm(name, ulps):
+    """float32 exp, erf, tanh and sigmoid of default-scheduled kernels are polynomials that
+    vectorize: within a few units in the last place of float64 NumPy, right at inf, NaN,
+    overflow and underflow, and no scalar libm call per lane."""
+    import math
+    import re
+
+    xs = np.concatenate([np.linspace(-100, 100, 100001), np.linspace(-6, 6, 100001),
+                         SPECIAL]).astype(np.float32)
+    mod = relax_module({"x": (xs.shape, "float32")}, lambda v: {
+        "exp": relax.op.exp, "erf": relax.op.erf, "tanh": relax.op.tanh,
+        "sigmoid": relax.op.sigmoid, "sinh": relax.op.sinh, "cosh": relax.op.cosh}[name](v))
+    module = compile_module(mod, HOST)
+    assembly = module.library.mod.imports[0].inspect_source("asm")
+    assert not {"expf", "erff", "tanhf", "sinhf", "coshf"} & set(
+        re.findall(r"call\w*\s+(\w+)", assembly))
+    assert "cpu_schedule_rule" in str(_scheduled_kernels(mod))  # not the generic build
+    (got,) = module.run([xs])
+    x = xs.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = {"exp": np.exp, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+                "sinh": np.sinh, "cosh": np.cosh,
+                "erf": np.vectorize(lambda v: math.erf(v) if np.isfinite(v) else
+                                    (v if np.isnan(v) else np.sign(v)))}[name](x)
+        want32 = want.astype(np.float32)  # correctly rounded float32: inf past the top
+    special = ~np.isfinite(want32) | (np.abs(want32) < np.finfo(np.float32).tiny)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want32))
+    np.testing.assert_array_equal(got[np.isinf(want32)], want32[np.isinf(want32)])
+    assert np.all(np.abs(got[special & np.isfinite(want32)]) < 2 * np.finfo(np.float32).tiny)
+    ok = ~special
+    error = np.abs(got[ok] - want[ok]) / np.spacing(np.abs(want32[ok]))
+    assert error.max() <= ulps, (xs[ok][np.argmax(error)], error.max())
+
+
 # --- whole builds ------------------------------------------------------------------------
 
 def transformer_block(seq=16, width=64, heads=4):
@@ -337,3 +384,22 @@ def test_targets_without_default_cpu_schedules_keep_the_generic_build():
     generic = dataclasses.replace(HOST, name="generic", schedules=("database",))
     with generic.tvm_target():
         assert _scheduled(build_small_cnn(batch=1).build_module(), generic, None) is None
+
+
+def test_a_module_the_default_schedules_fail_on_compiles_generically(monkeypatch, caplog):
+    """A graph pass or the code generator refusing a default build: the generic one instead."""
+    import logging
+
+    import targets.runtime as runtime
+
+    @tvm.transform.module_pass(opt_level=0, name="Refuses")
+    def refuses(mod, _ctx):
+        raise RuntimeError("no schedule for this")
+
+    monkeypatch.setattr(runtime, "default_schedules", lambda: refuses)
+    x = data((4, 8))
+    mod = relax_module({"x": ((4, 8), "float32")}, lambda v: relax.op.nn.relu(v))
+    with caplog.at_level(logging.WARNING, logger="targets.runtime"):
+        module = compile_module(mod, HOST)
+    assert "default CPU schedules failed" in caplog.text and "no schedule for this" in caplog.text
+    np.testing.assert_array_equal(module.run([x])[0], np.maximum(x, 0))
