@@ -400,3 +400,14 @@ def test_16_bit_products_and_softmax_accumulate_in_float32():
     want = (exp / exp.sum(-1, keepdims=True)).astype(np.float16)
     assert y.dtype == np.float16
     np.testing.assert_allclose(y.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_average_pool_window_far_larger_than_its_input(include_pad):
+    """transformers' EfficientNet pools its 7x7 map with a 1280x1280 window in ceil mode: one
+    window, the input's mean (it imported as 1.6M slices before)."""
+    model = make_model(
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[64, 64], strides=[64, 64],
+                          ceil_mode=1, count_include_pad=include_pad)],
+        [tensor("x", TensorProto.FLOAT, [1, 3, 5, 7])], [tensor("y", TensorProto.FLOAT, [1, 3, 1, 1])])
+    assert_like_onnxruntime(model, {"x": rand(1, 3, 5, 7)})

@@ -136,7 +136,13 @@ class _PoolWindow:
             padded = odla.select(constant(inside), padded, scalar(x, fill))
         counts = [(n - (k - 1) * d - 1) // s + 1 for n, k, d, s in
                   zip(inside.shape, self.kernel, self.dilations, self.strides)]
-        for offset in np.ndindex(*self.kernel):
+        # Offsets whose every window position lies in ceil_mode's overhang (past the input
+        # and its declared padding) add only the fill: skipped, so a kernel far larger than
+        # its input (transformers' EfficientNet pools 7x7 with a 1280x1280 window) costs
+        # what its input has, not 1.6M slices.
+        reach = [min(k, -(-(f + n + b) // d)) for k, f, n, b, d in
+                 zip(self.kernel, self.front, shape[2:], self.declared_back, self.dilations)]
+        for offset in np.ndindex(*reach):
             begin = [o * d for o, d in zip(offset, self.dilations)]
             end = [b + (c - 1) * s + 1 for b, c, s in zip(begin, counts, self.strides)]
             part = odla.slice(padded, [0, 0, *begin], [*shape[:2], *end],
