@@ -403,3 +403,19 @@ def test_a_module_the_default_schedules_fail_on_compiles_generically(monkeypatch
         module = compile_module(mod, HOST)
     assert "default CPU schedules failed" in caplog.text and "no schedule for this" in caplog.text
     np.testing.assert_array_equal(module.run([x])[0], np.maximum(x, 0))
+
+
+def test_constant_kernels_fold_as_tvm_folds_them():
+    """Weights laid out when compiling (transposes, layouts, chains of them) come out of the
+    one-module folding exactly as out of relax's FoldConstant."""
+    from targets.runtime import _fold_constants
+
+    w = data((8, 3, 3, 5))
+    mod = relax_module({"x": ((2, 45), "float32")}, lambda v: relax.op.matmul(
+        v, relax.op.reshape(relax.op.permute_dims(relax.op.multiply(
+            const(w), relax.const(2.0, "float32")), (3, 1, 2, 0)), (45, 8))))
+    with tvm.transform.PassContext(opt_level=3), HOST.tvm_target():
+        legal = relax.transform.LegalizeOps()(mod)
+        ours, theirs = _fold_constants(legal), relax.transform.FoldConstant()(legal)
+    assert ours["main"].script().count("R.call_tir") == 1  # the matmul; its weight a constant
+    tvm.ir.assert_structural_equal(ours["main"], theirs["main"], map_free_vars=True)
