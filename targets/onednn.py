@@ -247,6 +247,40 @@ def _matmul_pattern(constant: bool, transposed: bool, post_ops: int) -> PluginPa
     return _with_post_ops(name, matmul, annotations, post_ops, _matmul_ok)
 
 
+def _binary_ok(context) -> bool:
+    """An elementwise binary op of float32 tensors where one operand has the output's shape
+    (the first, for subtract and divide) and the other broadcasts to it, then post-ops."""
+    call = context.annotated_expr["root_op"]
+    output_shape = _shape(call)
+    if output_shape is None or not 1 <= len(output_shape) <= 5 or not _plain_ok(context):
+        return False
+    first, second = (_shape(a) for a in call.args)
+    full_first = first == output_shape and _broadcasts_to(second, output_shape)
+    full_second = second == output_shape and _broadcasts_to(first, output_shape)
+    return (full_first or (call.op.name in COMMUTATIVE and full_second)) and \
+        _post_ops_ok(context, output_shape)
+
+
+def _binary_pattern(op: str, post_ops: int) -> PluginPattern:
+    """A binary op between two tensors (a residual add, a squeeze-excitation scale), then
+    ``post_ops`` elementwise ops: it joins the regions on either side instead of cutting
+    them."""
+    root = is_op(op)(wildcard(), wildcard())
+    return _with_post_ops(f"onednn.binary_{op.split('.')[-1]}", root, {}, post_ops, _binary_ok)
+
+
+def _mean_ok(context) -> bool:
+    mean = context.annotated_expr["root"]
+    return (_plain_ok(context) and _shape(mean.args[0]) is not None and bool(mean.attrs.keepdims)
+            and 1 <= len(_shape(mean.args[0])) <= 5)
+
+
+def _mean_pattern() -> PluginPattern:
+    """A mean over any axes, keeping them (global average pooling, a squeeze-excitation's)."""
+    mean = is_op("relax.mean")(wildcard())
+    return PluginPattern("onednn.reduction_mean", mean, {"root": mean}, _mean_ok)
+
+
 def _softmax_ok(context) -> bool:
     return _plain_ok(context) and _shape(context.annotated_expr["root"].args[0]) is not None
 
@@ -328,7 +362,8 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
 
 
-OP_KINDS = ("conv2d", "matmul", "pool", "concat", "softmax", "layer_norm")  # for onednn.ops
+OP_KINDS = ("conv2d", "matmul", "pool", "concat", "softmax", "layer_norm",
+            "elementwise")  # what the onednn.ops item chooses among
 ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
                        "all); the others stay with TVM"}
 
@@ -362,6 +397,10 @@ def patterns(items) -> list[PluginPattern]:
         taken += [_pool2d_pattern("max_pool2d"), _pool2d_pattern("avg_pool2d")]
     if "concat" in kinds:
         taken += [_concat_pattern(count) for count in range(2, MAX_CONCAT_INPUTS + 1)]
+    if "elementwise" in kinds:  # last: what the patterns above leave of these ops
+        taken += [_mean_pattern()]
+        taken += [_binary_pattern(op, count) for count in range(2, -1, -1)
+                  for op in BINARY_POST_OPS]
     return taken
 
 
@@ -413,10 +452,12 @@ class _StepWriter:
                 and ("call", index) in arguments[index + 1]
                 and arguments[index][0] in arguments[index + 1])
 
-    def bias_and_post_ops(self, first: int, output_shape, channel_axis: int) -> dict[str, str]:
+    def bias_and_post_ops(self, first: int, output_shape, channel_axis: int,
+                          bias: bool = True) -> dict[str, str]:
         """The calls from ``first`` on as the Step's bias and post-op fields: the first add of a
-        per-channel operand is the bias; on a convolution (``channel_axis`` 1) an add of a
-        whole tensor is a residual sum into the output."""
+        per-channel operand is the bias (where the step has one); on a convolution
+        (``channel_axis`` 1) an add of a whole tensor is a residual sum into the output."""
+        takes_bias = bias
         bias, post_ops = "none()", []
         calls = self.step.calls
         index = first
@@ -433,7 +474,7 @@ class _StepWriter:
             operand, expr = self.other_operand(index - 1)
             shape = _shape(expr)
             per_channel = _is_per_channel(shape, output_shape, channel_axis)
-            if op == "relax.add" and per_channel and index - 1 == first:
+            if op == "relax.add" and per_channel and index - 1 == first and takes_bias:
                 bias = _operand(operand)
             elif op == "relax.add" and channel_axis == 1 and shape == output_shape:
                 post_ops.append(f"{{PostOp::kResidual, {_operand(operand)}}}")
@@ -476,6 +517,26 @@ class _StepWriter:
                 "weights_shape": _shape_init(_shape(weights)),
                 "dst_shape": _shape_init(_shape(matmul)),
                 **self.bias_and_post_ops(first + 1, _shape(matmul), len(_shape(matmul)) - 1)}
+
+    def binary(self) -> dict[str, str]:
+        """The operand of the output's shape as src, the other (broadcast) as weights."""
+        call = self.step.calls[0]
+        output_shape = _shape(call)
+        full = 0 if _shape(call.args[0]) == output_shape else 1
+        other = 1 - full
+        return {"kind": "Step::kBinary", "src": _operand(self.input_of(0, full)),
+                "weights": _operand(self.input_of(0, other)),
+                "src_shape": _shape_init(output_shape),
+                "weights_shape": _shape_init(_shape(call.args[other])),
+                "dst_shape": _shape_init(output_shape),
+                "algorithm": f"dnnl_{BINARY_POST_OPS[call.op.name]}",
+                **self.bias_and_post_ops(1, output_shape, len(output_shape) - 1, bias=False)}
+
+    def reduction(self) -> dict[str, str]:
+        mean = self.step.calls[0]
+        return {"kind": "Step::kReduction", "src": _operand(self.input_of(0, 0)),
+                "src_shape": _shape_init(_shape(mean.args[0])),
+                "dst_shape": _shape_init(_shape(mean)), "algorithm": "dnnl_reduction_mean"}
 
     def softmax(self) -> dict[str, str]:
         softmax = self.step.calls[0]
@@ -548,7 +609,9 @@ class _StepWriter:
                                               ("layer_norm", self.layer_norm),
                                               ("softmax", self.softmax), ("log_softmax", self.softmax),
                                               ("max_pool2d", self.pool2d),
-                                              ("avg_pool2d", self.pool2d)) if kind.startswith(prefix))
+                                              ("avg_pool2d", self.pool2d), ("binary", self.binary),
+                                              ("reduction", self.reduction))
+                          if kind.startswith(prefix))
             fields = writer()
         # Designated initializers name each field; C++ wants them in declaration order.
         ordered = sorted(fields.items(), key=lambda item: _STEP_FIELDS.index(item[0]))

@@ -282,8 +282,9 @@ def test_light_inception_v1_matches_its_reference_outputs():
     outputs, expected, session = _light_case_outputs("test_inception_v1")
     for out, ref in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
-    # The 4-branch concats join their regions; TVM's local response normalizations split them.
-    assert _oneDNN_calls(session.executable) == 4
+    # The 4-branch concats join their regions; TVM's local response normalizations (their
+    # window sums are slices, which oneDNN does not take) split them.
+    assert _oneDNN_calls(session.executable) == 6
 
 
 @needs_onednn
@@ -343,7 +344,8 @@ def test_onednn_ops_item_keeps_the_other_kinds_with_tvm():
     with pytest.raises(odla.OdlaError) as err:
         odla.set_computation_item(comp, "onednn.ops", ["lstm"])
     assert err.value.status == Status.INVALID_PARAM
-    assert "['conv2d', 'matmul', 'pool', 'concat', 'softmax', 'layer_norm']" in str(err.value)
+    assert ("['conv2d', 'matmul', 'pool', 'concat', 'softmax', 'layer_norm', 'elementwise']"
+            in str(err.value))
     assert "lstm" in str(err.value)
 
 
@@ -655,3 +657,34 @@ def test_a_pad_with_another_value_stays_a_pad(tmp_path):
                             w=_randn(rng, 6, 4, 3, 3)))
     assert "R.nn.pad" in import_model(path).build_module().script()
     _against_onnxruntime(path, {"x": _randn(rng, 1, 4, 6, 6)}, DeviceName.INTEL_X86)
+
+
+@needs_onednn
+@pytest.mark.parametrize("left, right", [((2, 8, 5, 5), (2, 8, 5, 5)), ((1, 8, 5, 5), (1, 8, 1, 1)),
+                                         ((3, 7), (7,)), ((4,), ())])
+@pytest.mark.parametrize("op", ["add", "mul", "sub", "div", "max", "min"])
+def test_binary_op_between_tensors_matches_tvm(left, right, op):
+    """A residual add or a squeeze-excitation scale between two computed tensors, the second
+    broadcast, then a ReLU: one oneDNN step."""
+    rng = np.random.default_rng(len(left))
+    a, b = _randn(rng, *left), _randn(rng, *right) + (3.0 if op == "div" else 0.0)
+
+    def build():
+        x = odla.create_argument(VT(E.FLOAT32, left), "a")
+        y = odla.create_argument(VT(E.FLOAT32, right), "b")
+        odla.set_value_as_output(odla.relu(getattr(odla, op)(x, y)))
+
+    _check_against_tvm(build, {"a": a, "b": b})
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape, axes", [((1, 16, 7, 7), (2, 3)), ((2, 3, 5), (1,)),
+                                         ((4, 6), (0, 1))])
+def test_mean_keeping_its_axes_matches_tvm(shape, axes):
+    x = _randn(np.random.default_rng(1), *shape)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, shape), "x")
+        odla.set_value_as_output(odla.reduce_mean(a, len(axes), axes, True))
+
+    _check_against_tvm(build, {"x": x})

@@ -2,7 +2,7 @@
 // generates for each model (plain constant tables, compiled in well under a second) and
 // runtime.cc, which builds them into oneDNN primitives and runs them (compiled once per
 // machine and cached, as it includes dnnl.hpp). A region is a list of steps (convolution,
-// matmul, pooling, concat, softmax, layer norm) as plain constant data: an initializer of the
+// matmul, pooling, concat, softmax, layer norm, binary op, reduction) as plain constant data: an initializer of the
 // same size built from std::vector takes g++ -O2 minutes.
 #ifndef ODLA_ONEDNN_REGION_H_
 #define ODLA_ONEDNN_REGION_H_
@@ -39,16 +39,18 @@ struct PostOp {
 };
 
 struct Step {
-  enum Kind { kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm } kind;
+  enum Kind { kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction } kind;
   Operand src;
-  Operand weights;          // conv: constant weights (a parameter); matmul: the right operand
+  Operand weights;          // conv: constant weights (a parameter); matmul: the right operand;
+                            // binary: the operand broadcast to src (weights_shape: its dims,
+                            // as many as src's)
   bool weights_constant;    // matmul: weights are a constant parameter, packed once
   bool weights_transposed;  // matmul: the graph swaps the last two axes of `weights` first
   Operand bias;             // conv, matmul: none() when there is none
   Shape src_shape, weights_shape, dst_shape;  // conv weights grouped when groups > 1; matmul
                                               // operands as stored, before any transpose
   dnnl_alg_kind_t algorithm;  // pool: max or average (with or without the padding); softmax:
-                              // accurate or log
+                              // accurate or log; binary: the op; reduction: mean
   int64_t kernel[2], strides[2], dilates[2], pad_l[2], pad_r[2];  // dilates count from 0
   int post_op_count;
   PostOp post_ops[8];

@@ -127,6 +127,8 @@ class Region {
         case Step::kConcat: build_concat(s); break;
         case Step::kPool: build_pool(s); break;
         case Step::kSoftmax: build_softmax(s); break;
+        case Step::kBinary: build_binary(s); break;
+        case Step::kReduction: build_reduction(s); break;
         case Step::kLayerNorm:
           build_layer_norm(s, *static_cast<const float*>(data(args[s.epsilon.index])));
           break;
@@ -362,6 +364,28 @@ class Region {
     dnnl::softmax_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference,
                                              algorithm(s.algorithm), src.get_desc(), src.get_desc(), s.axis);
     finish_step(s, dnnl::softmax_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
+  }
+
+  // src (of dst's dims, in whatever layout it has) op weights (of as many dims or fewer,
+  // broadcast, read plain), then the step's post-ops.
+  void build_binary(const Step& s) {
+    std::unordered_map<int, memory> args;
+    dnnl::primitive_attr attr = post_op_attr(s, args);
+    memory src = value(s.src);
+    Dims stored = to_dims(s.weights_shape);
+    memory other = plain_view(s.weights, stored, widened(stored, s.dst_shape.rank, false), false);
+    dnnl::binary::primitive_desc pd(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
+                                    other.get_desc(), any_desc(to_dims(s.dst_shape)), attr);
+    args[DNNL_ARG_SRC_0] = src;
+    args[DNNL_ARG_SRC_1] = other;
+    finish_step(s, dnnl::binary(pd), pd.dst_desc(), std::move(args));
+  }
+
+  void build_reduction(const Step& s) {
+    memory src = value(s.src);
+    dnnl::reduction::primitive_desc pd(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
+                                       any_desc(to_dims(s.dst_shape)), 0.f, 0.f);
+    finish_step(s, dnnl::reduction(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
   }
 
   void build_layer_norm(const Step& s, float epsilon) {
