@@ -290,6 +290,35 @@ class _Axes:
     outer_b: list
     outer_a: list
     reduce: list
+    group: int | None = None  # grouped convolutions: j's values per group (A reads its group)
+
+
+def _whole_dimension(region, var) -> bool:
+    """Whether ``var`` is one dimension of ``region``, alone."""
+    return any(r.min.same_as(var) for r in region.region)
+
+
+def _group_size(region, var, extent: int) -> int | None:
+    """G where ``region`` reads ``var`` only through ``var // G`` (a grouped convolution's
+    input channels), checked by writing ``var`` as q G + r: nothing may depend on r."""
+    found = []
+    for r in region.region:
+        tvm_ffi.structural_walk(r.min, (tirx.FloorDiv, lambda d: found.append(int(d.b)) if (
+            d.a.same_as(var) and isinstance(d.b, tirx.IntImm)) else None), order="post")
+    for size in sorted(set(found)):
+        if size <= 1 or extent % size:
+            continue
+        dtype = str(var.ty)
+        q, rest = tirx.Var("q", dtype), tirx.Var("r", dtype)
+        analyzer = tvm.sym.Analyzer()
+        analyzer.bind(q, tvm.ir.Range(tirx.const(0, dtype), tirx.const(extent // size, dtype)))
+        analyzer.bind(rest, tvm.ir.Range(tirx.const(0, dtype), tirx.const(size, dtype)))
+        split = q * tirx.const(size, dtype) + rest
+        if not any(_uses(collect_vars_used_in_prim_expr(analyzer.simplify(tvm_ffi.structural_map(
+                r.min, (tirx.Var, lambda v: split if v.same_as(var) else v), order="post"))),
+                rest) for r in region.region):
+            return size
+    return None
 
 
 def _contraction_axes(sch: s_tir.Schedule, info) -> _Axes | None:
@@ -317,10 +346,22 @@ def _contraction_axes(sch: s_tir.Schedule, info) -> _Axes | None:
         return None
     reads = [set().union(*_region_vars(r)) for r in stmt.reads]
     in_reads = [[_uses(vs, v) for vs in reads] for v in iter_vars]
+    group = None
     if in_reads[j] == [False, True]:
         a, b = 0, 1
     elif in_reads[j] == [True, False]:
         a, b = 1, 0
+    elif in_reads[j] == [True, True]:
+        # A grouped convolution: A reads the group of j only (its input channels).
+        whole = [_whole_dimension(stmt.reads[n], iter_vars[j]) for n in (0, 1)]
+        if whole[0] == whole[1]:
+            return None
+        b = 0 if whole[0] else 1
+        a = 1 - b
+        group = _group_size(stmt.reads[a], iter_vars[j], _static(info.iters[j].dom))
+        if group is None:
+            return None
+        in_reads[j] = [n == b for n in (0, 1)]
     else:
         return None
     b_dims = [n for n, vs in enumerate(_region_vars(stmt.reads[b])) if _uses(vs, iter_vars[j])]
@@ -331,7 +372,8 @@ def _contraction_axes(sch: s_tir.Schedule, info) -> _Axes | None:
         for m, v in enumerate(iter_vars):
             if _uses(vs, v):
                 out_position[m] = n
-    axes = _Axes(a=a, b=b, b_dim=b_dims[0], j=j, i=None, outer_b=[], outer_a=[], reduce=[])
+    axes = _Axes(a=a, b=b, b_dim=b_dims[0], j=j, i=None, outer_b=[], outer_a=[], reduce=[],
+                 group=group)
     for n, it in enumerate(info.iters):
         if n == j:
             continue
@@ -373,7 +415,8 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
     main = info.block_rv
     stmt = sch.get(main)
     lanes = vector_lanes(target, str(stmt.writes[0].source.dtype))
-    j_extent = _static(info.iters[axes.j].dom)
+    # A tile of j lies within one group of a grouped convolution.
+    j_extent = axes.group or _static(info.iters[axes.j].dom)
     jv = _pow2_divisor(j_extent, lanes)
     if jv < 2:
         return None
@@ -446,6 +489,12 @@ def _vector_axis(sch: s_tir.Schedule, info, func: tirx.PrimFunc):
     return axis, packs
 
 
+def _innermost(dim: int):
+    """The index map moving dimension ``dim`` innermost (no default arguments: IndexMap takes
+    every parameter for an index)."""
+    return lambda *x: (*(v for n, v in enumerate(x) if n != dim), x[dim])
+
+
 def _tile_spatial_reduction(sch: s_tir.Schedule, func, target: Target, info):
     """The output's innermost axis vectorized inside the reduction loops, the other spatial
     loops fused and run in parallel. Returns (the fused loop or None when there is none, the
@@ -462,8 +511,7 @@ def _tile_spatial_reduction(sch: s_tir.Schedule, func, target: Target, info):
     if width < 2 or not reduce or any(it.kind not in "SR" for it in info.iters):
         return None
     for index, dim in packs:
-        _lay_out_again(sch, main, index, lambda *x, d=dim: (
-            *(v for n, v in enumerate(x) if n != d), x[d]))
+        _lay_out_again(sch, main, index, _innermost(dim))
     loops = [it.loop_rv for it in info.iters]
     spatial = [loops[n] for n, it in enumerate(info.iters) if it.kind == "S" and n != axis]
     if width < extent:

@@ -228,11 +228,24 @@ def test_sums_over_outer_axes(dtype):
     check(mod, [x], [x.sum(0, dtype=dtype), x.max((0, 1))], "SpatialReduction")
 
 
+@pytest.mark.parametrize("channels,groups,kernel", [(16, 2, 1), (136, 4, 1), (24, 3, 3),
+                                                   (64, 4, 3)])
+def test_grouped_convolutions(channels, groups, kernel):
+    """Each tile of output channels lies within one group (ShuffleNet's 34 per group: 2 lanes)."""
+    x = data((1, channels, 9, 9))
+    w = data((channels, channels // groups, kernel, kernel)) * 0.2
+    mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.conv2d(
+        v, const(w), padding=kernel // 2, groups=groups))
+    check(mod, [x], [_conv_nchw(x, w, 1, kernel // 2, groups=groups)], "Contraction",
+          rtol=1e-4, atol=1e-4)
+
+
 def test_depthwise_convolution():
     x, w = data((1, 32, 10, 10)), data((32, 1, 3, 3))
     mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.conv2d(
         v, const(w), padding=1, groups=32))
-    check(mod, [x], [_conv_nchw(x, w, 1, 1, groups=32)], rtol=1e-4, atol=1e-4)
+    check(mod, [x], [_conv_nchw(x, w, 1, 1, groups=32)], "SpatialReduction", rtol=1e-4,
+          atol=1e-4)
 
 
 @pytest.mark.parametrize("channels,size", [(32, 8), (48, 6), (64, 13)])
