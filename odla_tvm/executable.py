@@ -350,7 +350,7 @@ def check_compatible(manifest: dict, device: Device | None, what: str) -> Device
             f"{what} was built by TVM {tvm_version}; this is TVM {targets.tvm_version()}; "
             "recompile it from its computation",
         )
-    if key != device.target.key():
+    if not device.target.runs_code_of(key):
         raise OdlaError(
             Status.UNSUPPORTED_DEVICE_TYPE,
             f"{what} was compiled for target {key}; device {device.name.name} compiles for "

@@ -136,6 +136,8 @@ def _post_ops_ok(context, output_shape) -> bool:
         if name in BINARY_POST_OPS:
             chain = bound.get(previous)
             first, second = call.args
+            if first.same_as(chain) and second.same_as(chain):
+                return False  # chain * chain: no operand from outside for the post-op
             if first.same_as(chain):
                 other = second
             elif name in COMMUTATIVE and second.same_as(chain):
@@ -453,10 +455,11 @@ class _StepWriter:
                 and arguments[index][0] in arguments[index + 1])
 
     def bias_and_post_ops(self, first: int, output_shape, channel_axis: int,
-                          bias: bool = True) -> dict[str, str]:
+                          bias: bool = True, residual_sum: bool = False) -> dict[str, str]:
         """The calls from ``first`` on as the Step's bias and post-op fields: the first add of a
-        per-channel operand is the bias (where the step has one); on a convolution
-        (``channel_axis`` 1) an add of a whole tensor is a residual sum into the output."""
+        per-channel operand is the bias (where the step has one); with ``residual_sum`` (a
+        convolution's), the first add of a whole tensor is a sum into the output, which must
+        hold it first: oneDNN sums what dst held, so a second would add the same again."""
         takes_bias = bias
         bias, post_ops = "none()", []
         calls = self.step.calls
@@ -476,8 +479,9 @@ class _StepWriter:
             per_channel = _is_per_channel(shape, output_shape, channel_axis)
             if op == "relax.add" and per_channel and index - 1 == first and takes_bias:
                 bias = _operand(operand)
-            elif op == "relax.add" and channel_axis == 1 and shape == output_shape:
+            elif op == "relax.add" and residual_sum and shape == output_shape:
                 post_ops.append(f"{{PostOp::kResidual, {_operand(operand)}}}")
+                residual_sum = False
             else:
                 widened = (1,) * (len(output_shape) - len(shape)) + shape
                 post_ops.append(f"{{PostOp::kBinary, {_operand(operand)}, "
@@ -502,7 +506,7 @@ class _StepWriter:
                 "strides": _list(attrs.strides),
                 "dilates": _list(int(d) - 1 for d in attrs.dilation),
                 "pad_l": _list(pad_l), "pad_r": _list(pad_r),
-                **self.bias_and_post_ops(1, _shape(conv), 1)}
+                **self.bias_and_post_ops(1, _shape(conv), 1, residual_sum=True)}
 
     def matmul(self) -> dict[str, str]:
         transposed = self.step.calls[0].op.name == "relax.permute_dims"

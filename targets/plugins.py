@@ -144,6 +144,10 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
     external_mods, called with call_dps_packed) and the rest left for TVM. ``items``: the
     computation's items named "<plugin>.<item>" (others are ignored)."""
     plugin.check_available()
+    unpartitionable = _unpartitionable(mod)
+    if unpartitionable is not None:
+        log.info("the %s plugin leaves this graph to TVM: it has %s", plugin.name, unpartitionable)
+        return mod
     mine = {k: v for k, v in (items or {}).items() if k.startswith(f"{plugin.name}.")}
     # RunCodegen finds the codegen by this global name; registering here (not at import) keeps
     # the newest definition of a plugin of that name, as a re-registered plugin expects.
@@ -162,6 +166,35 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
         relax.transform.MergeCompositeFunctions(),
         relax.transform.RunCodegen(),
     ])(mod)
+
+
+def _unpartitionable(mod: tvm.IRModule) -> str | None:
+    """What in ``mod`` TVM's partitioning passes (FuseOpsByPattern, MergeCompositeFunctions)
+    cannot group, or None: branches and loops, symbolic shapes, calls of external functions
+    (custom ops), more than one function of graph code (training steps, loop bodies)."""
+    graphs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
+    if graphs != ["main"]:
+        return f"graph functions {graphs}"
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.If):
+            found.append("a branch")
+        elif isinstance(expr, relax.MatchCast):
+            found.append("a run-time shape")
+        elif isinstance(expr, relax.ExternFunc):
+            found.append("an external function call")
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.MatchCast):
+                found.append("a run-time shape")
+    if any(isinstance(p.ty, relax.TensorType) and p.ty.shape is not None
+           and not all(isinstance(d, int) or hasattr(d, "value") for d in p.ty.shape.values)
+           for p in mod["main"].params):
+        found.append("a symbolic input shape")
+    return found[0] if found else None
 
 
 def check_item(name: str, value) -> object:

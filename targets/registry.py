@@ -66,6 +66,11 @@ class TargetSpec:
         """Identity of the generated code: a module built for one key runs only on that key."""
         return self._key
 
+    def runs_code_of(self, key: str) -> bool:
+        """Whether code built for target ``key`` runs here: the same TVM target, with or
+        without vendor plugins (a plugin's library is linked into the code that calls it)."""
+        return key.split(" plugins=")[0] == str(self.tvm_target())
+
     @cached_property
     def _key(self) -> str:
         key = str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs

@@ -688,3 +688,26 @@ def test_mean_keeping_its_axes_matches_tvm(shape, axes):
         odla.set_value_as_output(odla.reduce_mean(a, len(axes), axes, True))
 
     _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
+def test_several_whole_tensor_adds_after_a_conv_and_a_binary_op_match_tvm():
+    """oneDNN's sum post-op adds what its output held: only the first whole-tensor add after a
+    convolution may be one; the others (and every one after a binary op) are binary adds."""
+    rng = np.random.default_rng(8)
+    x = _randn(rng, 1, 4, 6, 6)
+    w = _randn(rng, 4, 4, 3, 3, scale=0.3)
+    residuals = [_randn(rng, 1, 4, 6, 6) for _ in range(3)]
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.conv(a, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1), (1, 1), (1, 1), (1, 1))
+        for r in residuals:
+            y = odla.add(y, _constant(r))
+        z = odla.add(a, _constant(residuals[0]))
+        for r in residuals[1:]:
+            z = odla.add(z, _constant(r))
+        odla.set_value_as_output(y)
+        odla.set_value_as_output(z)
+
+    _check_against_tvm(build, {"x": x}, expected_calls=2)  # two regions: nothing joins them

@@ -217,8 +217,7 @@ class Region {
         case PostOp::kBinary: {
           memory::desc operand = plain_desc(to_dims(op.shape));
           args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1] =
-              op.operand.kind == Operand::kParam ? param_view(op.operand.index, operand)
-                                                 : as_layout(op.operand, operand);
+              plain_view(op.operand, to_dims(op.shape), false);
           ops.append_binary(algorithm(op.algorithm), operand);
           break;
         }
@@ -297,9 +296,9 @@ class Region {
     finish_step(s, dnnl::convolution_forward(pd), pd.dst_desc(), std::move(args));
   }
 
-  // ``operand`` (stored with dims ``stored``) read as a plain tensor of ``dims`` (as many or
-  // more axes, the new ones leading and of size 1), its last two axes swapped if ``swapped``.
-  memory plain_view(Operand operand, const Dims& stored, const Dims& dims, bool swapped) {
+  // ``operand`` read as a plain tensor of ``dims`` (as many or more axes than it has, the new
+  // ones leading and of size 1, or broadcast ones), its last two axes swapped if ``swapped``.
+  memory plain_view(Operand operand, const Dims& dims, bool swapped) {
     memory::desc desc = plain_desc(dims);
     if (swapped) {  // the same bytes with the strides of the last two axes exchanged
       size_t rank = dims.size();
@@ -310,7 +309,7 @@ class Region {
       desc = memory::desc(dims, memory::data_type::f32, strides);
     }
     if (operand.kind == Operand::kParam) return param_view(operand.index, desc);
-    memory source = as_layout(operand, plain_desc(stored));
+    memory source = as_layout(operand, plain_desc(value(operand).get_desc().get_dims()));
     return memory(desc, cpu_engine(), source.get_data_handle());
   }
 
@@ -332,17 +331,17 @@ class Region {
     memory::desc bias_desc = s.bias.kind == Operand::kNone ? memory::desc() : plain_desc(bias_dims);
     Dims src_dims = widened(to_dims(s.src_shape), rank, false);
     Dims weights_dims = widened(to_dims(s.weights_shape), rank, s.weights_transposed);
-    memory src = plain_view(s.src, to_dims(s.src_shape), src_dims, false);
+    memory src = plain_view(s.src, src_dims, false);
     if (s.weights_constant) {  // packed once to the layout the primitive prefers
       dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), any_desc(weights_dims),
                                       bias_desc, any_desc(dst_dims), attr);
-      memory stored = plain_view(s.weights, to_dims(s.weights_shape), weights_dims,
+      memory stored = plain_view(s.weights, weights_dims,
                                  s.weights_transposed);
       weights_.push_back({stored, memory(pd.weights_desc(), cpu_engine()), nullptr});
       args[DNNL_ARG_WEIGHTS] = weights_.back().packed;
       finish_matmul(s, pd, src, bias_desc, std::move(args));
     } else {  // read as they are, each call
-      memory weights = plain_view(s.weights, to_dims(s.weights_shape), weights_dims,
+      memory weights = plain_view(s.weights, weights_dims,
                                   s.weights_transposed);
       dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), weights.get_desc(),
                                       bias_desc, any_desc(dst_dims), attr);
@@ -373,7 +372,7 @@ class Region {
     dnnl::primitive_attr attr = post_op_attr(s, args);
     memory src = value(s.src);
     Dims stored = to_dims(s.weights_shape);
-    memory other = plain_view(s.weights, stored, widened(stored, s.dst_shape.rank, false), false);
+    memory other = plain_view(s.weights, widened(stored, s.dst_shape.rank, false), false);
     dnnl::binary::primitive_desc pd(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
                                     other.get_desc(), any_desc(to_dims(s.dst_shape)), attr);
     args[DNNL_ARG_SRC_0] = src;
