@@ -23,10 +23,11 @@ rest, applied by one driver (``default_schedules``) in this order:
   in parallel where TVM proves that safe; a spatial nest also vectorized.
 
 A rule that fails on a kernel returns None and the next one is tried; ``Fallback`` takes every
-kernel, so none is left unscheduled. Tiles and vectors split loops by divisors only (no tails
-to guard); vector widths come from the target's features (AVX-512: 16 float32 lanes,
-AVX/AVX2: 8, SSE and NEON: 4). The rule that scheduled a kernel is named in its
-``cpu_schedule_rule`` attribute.
+kernel, so none is left unscheduled. Vectors and tiles of j split loops by divisors (no tail
+to guard); a tile of rows may leave one guarded tail. Vector widths come from the target's
+features (AVX-512: 16 float32 lanes, AVX/AVX2: 8, SSE and NEON: 4). The rule that scheduled a
+kernel is named in its ``cpu_schedule_rule`` attribute, and those kernels compute exp, erf,
+tanh, sigmoid, sinh and cosh by polynomials that vectorize (``vector_math``).
 """
 
 from __future__ import annotations
