@@ -52,9 +52,11 @@ def conv_relu_onnx(path, channels=8):
 
 
 def compiled(model_path, cache_dir):
+    """The model compiled for INTEL_X86, the pure-TVM build host-cpu records are tuned for
+    (DEFAULT hands the convolutions to oneDNN)."""
     comp = import_model(model_path)
     odla.set_computation_item(comp, odla.ItemType.CACHE_DIR, str(cache_dir))
-    return odla.compile_computation(comp)
+    return odla.compile_computation(comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,7 @@ def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
     # Session finds the database through $ODLA_TVM_CACHE_DIR as well.
     monkeypatch.setenv("ODLA_TVM_CACHE_DIR", str(cache))
-    session = odla.Session.from_onnx(model)
+    session = odla.Session.from_onnx(model, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
     assert session.executable.module.tuned_kernels == TUNED
     np.testing.assert_allclose(session.run({"image": IMAGE})[0], results[1], rtol=1e-5, atol=1e-5)
 
