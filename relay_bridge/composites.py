@@ -126,10 +126,29 @@ def fold_pads(func: relax.Function) -> relax.Function:
     return relax.dpl.rewrite_call(*_conv_of_pad(), func)
 
 
+def _op_names(func: relax.Function) -> set[str]:
+    names = set()
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            names.add(expr.op.name)
+
+    relax.analysis.post_order_visit(func, visit)
+    return names
+
+
 def recognize(mod: tvm.IRModule) -> tvm.IRModule:
-    """``recognize_gelu`` and ``fold_pads`` on every Relax function of ``mod``."""
-    updated = {gv: fold_pads(recognize_gelu(f)) for gv, f in mod.functions.items()
-               if isinstance(f, relax.Function)}
-    for gv, func in updated.items():
+    """``recognize_gelu`` and ``fold_pads`` on each Relax function of ``mod`` that has the ops
+    they start from. A function without them is left as it is: rewriting rebuilds a function
+    (and its bindings' order) even where nothing matches, which loop bodies with branches do
+    not survive."""
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function):
+            continue
+        ops = _op_names(func)
+        if ops & {"relax.erf", "relax.tanh"}:
+            func = recognize_gelu(func)
+        if {"relax.nn.pad", "relax.nn.conv2d"} <= ops:
+            func = fold_pads(func)
         mod[gv] = func
     return mod
