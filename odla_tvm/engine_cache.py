@@ -3,17 +3,19 @@
 An engine is a stored executable (executable.store_executable's format, sha256-checked
 sections) under ``<cache dir>/engines/<key>.odla``, where the key digests everything the
 compiled code depends on: the model's bytes and fixed inputs, the target's key (the CPU it was
-built for, its plugins), odla-tvm's, TVM's and TVM-FFI's versions, the options, and the state
-of the target's tuning database. A second load of the same model on the same machine reads
-the engine instead of importing and compiling again. An entry that fails to load (corrupted,
-truncated, written by another version or for another target) is removed and rebuilt, never
-run. The cache keeps at most ``limit_bytes`` (ODLA_TVM_ENGINE_CACHE_BYTES, default 4 GiB),
-evicting the least recently used entries.
+built for, its plugins), odla-tvm's, TVM's and TVM-FFI's versions and odla-tvm's installed
+files, the options, and the state of the target's tuning database. A second load of the same
+model on the same machine reads the engine instead of importing and compiling again. An entry
+that fails to load (corrupted, truncated, written by another version or for another target) is
+removed and rebuilt, never run. The cache keeps at most ``limit_bytes``
+(ODLA_TVM_ENGINE_CACHE_BYTES, default 4 GiB), evicting the least recently used entries.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -94,6 +96,20 @@ def _database_state(spec: targets.TargetSpec, cache_dir) -> str:
     return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
 
 
+@functools.cache
+def _code_state() -> str:
+    """odla-tvm's own code as installed here (its files' sizes and modification times): an
+    engine built by other code of the same version number is not this code's."""
+    digest = hashlib.sha256()
+    for package in ("odla_tvm", "relay_bridge", "targets"):
+        root = Path(importlib.util.find_spec(package).origin).parent
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".cc", ".h") and path.is_file():
+                stat = path.stat()
+                digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
 def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) -> str:
     """The key of an engine built from the model of ``model_digest`` for ``device``."""
     device = checked_device(device)
@@ -102,6 +118,7 @@ def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) 
         "target": device.target.key(),
         "device_index": device.index,
         "odla-tvm": __version__,
+        "code": _code_state(),
         "tvm": targets.tvm_version(),
         "tvm-ffi": targets.tvm_ffi_version(),
         "tuning": _database_state(device.target, cache_dir),
