@@ -180,13 +180,6 @@ class Region {
     return views_.back().second;
   }
 
-  // A per-channel parameter (a bias, a batch-norm scale) already holds the bytes oneDNN reads,
-  // whatever its shape in the graph: (C, 1, 1), (1, C, 1, 1), (N,).
-  memory channel_memory(Operand operand, const memory::desc& desc) {
-    return operand.kind == Operand::kParam ? param_view(operand.index, desc)
-                                           : as_layout(operand, desc);
-  }
-
   // Weights parameter ``index``, stored as ``stored``, packed for ``desc``; the reorder runs
   // again only when the parameter's address changes.
   memory packed_weights(int index, const memory::desc& stored, const memory::desc& desc) {
@@ -292,12 +285,13 @@ class Region {
     // OIHW weights read in oneDNN's grouped shape where groups > 1: the same bytes.
     args[DNNL_ARG_WEIGHTS] =
         packed_weights(s.weights.index, plain_desc(to_dims(s.weights_shape)), pd.weights_desc());
-    if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
+    if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = plain_view(s.bias, bias_desc.get_dims(), false);
     finish_step(s, dnnl::convolution_forward(pd), pd.dst_desc(), std::move(args));
   }
 
-  // ``operand`` read as a plain tensor of ``dims`` (as many or more axes than it has, the new
-  // ones leading and of size 1, or broadcast ones), its last two axes swapped if ``swapped``.
+  // ``operand`` read as a plain tensor of ``dims``, its last two axes swapped if ``swapped``:
+  // the same bytes in another shape (a per-channel bias (C, 1, 1) as (C,), new leading axes of
+  // size 1), viewed, never reordered (a reorder cannot change dims).
   memory plain_view(Operand operand, const Dims& dims, bool swapped) {
     memory::desc desc = plain_desc(dims);
     if (swapped) {  // the same bytes with the strides of the last two axes exchanged
@@ -353,7 +347,7 @@ class Region {
   void finish_matmul(const Step& s, const dnnl::matmul::primitive_desc& pd, const memory& src,
                      const memory::desc& bias_desc, std::unordered_map<int, memory> args) {
     args[DNNL_ARG_SRC] = src;
-    if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = channel_memory(s.bias, bias_desc);
+    if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = plain_view(s.bias, bias_desc.get_dims(), false);
     finish_step(s, dnnl::matmul(pd), pd.dst_desc(), std::move(args));
   }
 
@@ -396,11 +390,11 @@ class Region {
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, src}};
     if (s.scale.kind != Operand::kNone) {
       flags |= dnnl::normalization_flags::use_scale;
-      args[DNNL_ARG_SCALE] = channel_memory(s.scale, plain_desc(channels));
+      args[DNNL_ARG_SCALE] = plain_view(s.scale, channels, false);
     }
     if (s.shift.kind != Operand::kNone) {
       flags |= dnnl::normalization_flags::use_shift;
-      args[DNNL_ARG_SHIFT] = channel_memory(s.shift, plain_desc(channels));
+      args[DNNL_ARG_SHIFT] = plain_view(s.shift, channels, false);
     }
     dnnl::layer_normalization_forward::primitive_desc pd(
         cpu_engine(), dnnl::prop_kind::forward_inference, src.get_desc(), src.get_desc(),
