@@ -461,12 +461,11 @@ class _StepWriter:
                 and arguments[index][0] in arguments[index + 1])
 
     def bias_and_post_ops(self, first: int, output_shape, channel_axis: int,
-                          bias: bool = True, residual_sum: bool = False) -> dict[str, str]:
+                          takes_bias: bool = True, residual_sum: bool = False) -> dict[str, str]:
         """The calls from ``first`` on as the Step's bias and post-op fields: the first add of a
         per-channel operand is the bias (where the step has one); with ``residual_sum`` (a
         convolution's), the first add of a whole tensor is a sum into the output, which must
         hold it first: oneDNN sums what dst held, so a second would add the same again."""
-        takes_bias = bias
         bias, post_ops = "none()", []
         calls = self.step.calls
         index = first
@@ -540,7 +539,7 @@ class _StepWriter:
                 "weights_shape": _shape_init(_shape(call.args[other])),
                 "dst_shape": _shape_init(output_shape),
                 "algorithm": f"dnnl_{BINARY_POST_OPS[call.op.name]}",
-                **self.bias_and_post_ops(1, output_shape, len(output_shape) - 1, bias=False)}
+                **self.bias_and_post_ops(1, output_shape, len(output_shape) - 1, takes_bias=False)}
 
     def reduction(self) -> dict[str, str]:
         mean = self.step.calls[0]
