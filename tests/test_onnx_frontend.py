@@ -405,9 +405,15 @@ def test_16_bit_products_and_softmax_accumulate_in_float32():
 @pytest.mark.parametrize("include_pad", [0, 1])
 def test_average_pool_window_far_larger_than_its_input(include_pad):
     """transformers' EfficientNet pools its 7x7 map with a 1280x1280 window in ceil mode: one
-    window, the input's mean (it imported as 1.6M slices before)."""
+    window, the input's mean (it imported as 1.6M slices before, then padded its input to the
+    whole window: 8 GB of zeros for EfficientNet's 1280 channels)."""
     model = make_model(
-        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[64, 64], strides=[64, 64],
-                          ceil_mode=1, count_include_pad=include_pad)],
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[1280, 1280],
+                          strides=[1280, 1280], ceil_mode=1, count_include_pad=include_pad)],
         [tensor("x", TensorProto.FLOAT, [1, 3, 5, 7])], [tensor("y", TensorProto.FLOAT, [1, 3, 1, 1])])
     assert_like_onnxruntime(model, {"x": rand(1, 3, 5, 7)})
+    module = import_model(model).build_module()
+    largest = max(int(np.prod([int(d) for d in b.var.ty.shape.values]))
+                  for block in module["main"].body.blocks for b in block.bindings
+                  if getattr(b.var.ty, "shape", None) is not None)
+    assert largest <= 3 * 5 * 7

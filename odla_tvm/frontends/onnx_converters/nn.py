@@ -130,18 +130,23 @@ class _PoolWindow:
         ``fill``. Composed pooling serves what ODLA's pools cannot say (dilations, indices,
         ceil_mode with padding counted)."""
         shape = static_dims(node, x)
-        inside = np.pad(np.ones(shape[2:], bool), list(zip(self.front, self.back)))
-        padded = odla.pad(x, [0, 0, *self.front], [0, 0, *self.back])
-        if fill != 0:
-            padded = odla.select(constant(inside), padded, scalar(x, fill))
-        counts = [(n - (k - 1) * d - 1) // s + 1 for n, k, d, s in
-                  zip(inside.shape, self.kernel, self.dilations, self.strides)]
+        counts = [(f + n + b - (k - 1) * d - 1) // s + 1 for f, n, b, k, d, s in
+                  zip(self.front, shape[2:], self.back, self.kernel, self.dilations,
+                      self.strides)]
         # Offsets whose every window position lies in ceil_mode's overhang (past the input
         # and its declared padding) add only the fill: skipped, so a kernel far larger than
         # its input (transformers' EfficientNet pools 7x7 with a 1280x1280 window) costs
-        # what its input has, not 1.6M slices.
+        # what its input has, not 1.6M slices; and the padding stops where the last slice
+        # ends, not 8 GB of zeros further.
         reach = [min(k, -(-(f + n + b) // d)) for k, f, n, b, d in
                  zip(self.kernel, self.front, shape[2:], self.declared_back, self.dilations)]
+        back = [min(b, max(0, (r - 1) * d + (c - 1) * s + 1 - f - n)) for b, r, d, c, s, f, n in
+                zip(self.back, reach, self.dilations, counts, self.strides, self.front,
+                    shape[2:])]
+        inside = np.pad(np.ones(shape[2:], bool), list(zip(self.front, back)))
+        padded = odla.pad(x, [0, 0, *self.front], [0, 0, *back])
+        if fill != 0:
+            padded = odla.select(constant(inside), padded, scalar(x, fill))
         for offset in np.ndindex(*reach):
             begin = [o * d for o, d in zip(offset, self.dilations)]
             end = [b + (c - 1) * s + 1 for b, c, s in zip(begin, counts, self.strides)]
