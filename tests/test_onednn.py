@@ -247,6 +247,47 @@ def test_weights_of_two_models_do_not_mix():
         np.testing.assert_array_equal(a, b)
 
 
+@needs_onednn
+@pytest.mark.parametrize("layer", ["matmul", "conv"])
+def test_repeated_layers_each_use_their_own_weights(layer):
+    """Identical layers with their own weights (BERT's twelve) make one region that TVM calls
+    from each place: each call reads its own weights, packed once per address, run after run,
+    against NumPy."""
+    rng = np.random.default_rng(11)
+    shape = (1, 6, 16) if layer == "matmul" else (1, 4, 6, 6)
+    x = _randn(rng, *shape)
+    weights = [_randn(rng, 16, 16, scale=0.3) if layer == "matmul" else
+               _randn(rng, 4, 4, 3, 3, scale=0.3) for _ in range(3)]
+
+    def reference():
+        y = x.astype(np.float64)
+        for w in weights:
+            if layer == "matmul":
+                y = np.maximum(y @ w, 0)
+            else:
+                padded = np.pad(y, [(0, 0), (0, 0), (1, 1), (1, 1)])
+                windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), (2, 3))
+                y = np.maximum(np.einsum("nchwij,ocij->nohw", windows, w), 0)
+            y = np.sin(y)  # left to TVM: it cuts the graph into one region a layer
+        return y
+
+    comp = odla.create_computation()
+    y = odla.create_argument(VT(E.FLOAT32, shape), "x")
+    for w in weights:
+        y = odla.relu(odla.batch_mat_mul(y, False, _constant(w), False) if layer == "matmul"
+                      else odla.conv(y, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1),
+                                     (1, 1), (1, 1), (1, 1)))
+        y = odla.sin(y)
+    odla.set_value_as_output(y)
+    exe = odla.compile_computation(comp, odla.allocate_device(device_name=DeviceName.INTEL_DNNL))
+    session = odla.Session(exe)
+    for run in range(3):
+        np.testing.assert_allclose(session.run({"x": x})[0], reference(), rtol=RTOL, atol=ATOL)
+        assert _oneDNN_calls(exe) == 3 * (run + 1)
+    regions = {name for name in exe.module.vendor_regions}
+    assert len(regions) == 1, regions  # one region, called from three places
+
+
 def _light_case_outputs(name: str):
     """A light model's outputs through INTEL_DNNL, its reference outputs, and the session."""
     from odla_tvm.frontends.onnx_conformance import light_cases

@@ -13,6 +13,7 @@
 #include <dnnl.hpp>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <cstdlib>
@@ -146,10 +147,13 @@ class Region {
     dnnl::primitive primitive;
     std::unordered_map<int, memory> args;
   };
-  struct Weights {    // a constant parameter in the layout its primitive prefers
-    memory source;    // the parameter as the graph stores it
-    memory packed;
-    void* packed_from = nullptr;  // the parameter's address packed was made from
+  // A constant parameter in the layout its primitive prefers. TVM calls one region from as
+  // many places as the graph repeats it (BERT's 11 identical layers), each with its own
+  // weights: one packed copy per weights address, so each is packed once, not every call.
+  struct Weights {
+    memory source;  // the parameter as the graph stores it
+    memory packed;  // what the primitive reads: points at the copy for source's address
+    std::vector<std::pair<void*, memory>> copies;
   };
 
   memory& value(Operand operand) {
@@ -180,20 +184,25 @@ class Region {
     return views_.back().second;
   }
 
-  // Weights parameter ``index``, stored as ``stored``, packed for ``desc``; the reorder runs
-  // again only when the parameter's address changes.
-  memory packed_weights(int index, const memory::desc& stored, const memory::desc& desc) {
-    weights_.push_back({param_view(index, stored), memory(desc, cpu_engine()), nullptr});
+  // Weights ``source`` packed for ``desc``: a reorder runs the first time each address of
+  // the parameter is seen.
+  memory packed_weights(const memory& source, const memory::desc& desc) {
+    weights_.push_back({source, memory(desc, cpu_engine(), nullptr), {}});
     return weights_.back().packed;
   }
 
   void refresh(Weights& w) {
     void* address = w.source.get_data_handle();
-    if (address == w.packed_from) return;
-    dnnl::stream stream(cpu_engine());
-    dnnl::reorder(w.source, w.packed).execute(stream, w.source, w.packed);
-    stream.wait();
-    w.packed_from = address;
+    auto known = std::find_if(w.copies.begin(), w.copies.end(),
+                              [address](const auto& copy) { return copy.first == address; });
+    if (known == w.copies.end()) {
+      memory copy(w.packed.get_desc(), cpu_engine());
+      dnnl::stream stream(cpu_engine());
+      dnnl::reorder(w.source, copy).execute(stream, w.source, copy);
+      stream.wait();
+      known = w.copies.insert(w.copies.end(), {address, copy});
+    }
+    w.packed.set_data_handle(known->second.get_data_handle());
   }
 
   // Post-ops in graph order; ``args`` gets the memory each one reads per call.
@@ -284,7 +293,8 @@ class Region {
     args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
     // OIHW weights read in oneDNN's grouped shape where groups > 1: the same bytes.
     args[DNNL_ARG_WEIGHTS] =
-        packed_weights(s.weights.index, plain_desc(to_dims(s.weights_shape)), pd.weights_desc());
+        packed_weights(param_view(s.weights.index, plain_desc(to_dims(s.weights_shape))),
+                       pd.weights_desc());
     if (s.bias.kind != Operand::kNone) args[DNNL_ARG_BIAS] = plain_view(s.bias, bias_desc.get_dims(), false);
     finish_step(s, dnnl::convolution_forward(pd), pd.dst_desc(), std::move(args));
   }
@@ -329,10 +339,8 @@ class Region {
     if (s.weights_constant) {  // packed once to the layout the primitive prefers
       dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), any_desc(weights_dims),
                                       bias_desc, any_desc(dst_dims), attr);
-      memory stored = plain_view(s.weights, weights_dims,
-                                 s.weights_transposed);
-      weights_.push_back({stored, memory(pd.weights_desc(), cpu_engine()), nullptr});
-      args[DNNL_ARG_WEIGHTS] = weights_.back().packed;
+      args[DNNL_ARG_WEIGHTS] = packed_weights(
+          plain_view(s.weights, weights_dims, s.weights_transposed), pd.weights_desc());
       finish_matmul(s, pd, src, bias_desc, std::move(args));
     } else {  // read as they are, each call
       memory weights = plain_view(s.weights, weights_dims,
