@@ -36,6 +36,12 @@ from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_s
 # it and each other whenever the machine is shared (resnet50 on 2 busy cores: 495 ms spinning,
 # 112 ms asleep). libgomp reads this when it loads, with the first model library that needs it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# And TVM's workers sleep as soon as their kernel ends: they yield-spin 300000 times by default,
+# which on 2 cores halved the speed of the oneDNN region that came next on their core, for
+# many runs in a row (DistilBERT 45 or 100 ms by turns; 49 ms steadily with no spin). TVM
+# reads this once, at its pool's first kernel: a process that runs only TVM's own code (never
+# imports this module) keeps the spin, which its back-to-back kernels want (10-40% faster).
+os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
 
 CALLS_FUNCTION = "odla_onednn_calls"  # exported: how many regions oneDNN has run in the module
 PREFIX = sys.prefix  # where pip puts the onednn wheels' lib/ and include/
