@@ -720,6 +720,24 @@ def test_binary_op_between_tensors_matches_tvm(left, right, op):
 
 
 @needs_onednn
+@pytest.mark.parametrize("right", [(1, 16, 4, 4), (1, 16, 1, 1)])
+def test_binary_op_of_a_blocked_and_a_plain_tensor_matches_tvm(right):
+    """A pooled convolution's map (in oneDNN's blocked layout) times a tensor TVM computed
+    (plain): read in one layout, or both plain where one broadcasts."""
+    rng = np.random.default_rng(9)
+    x, w, b = _randn(rng, 1, 3, 8, 8), _randn(rng, 16, 3, 3, 3, scale=0.3), _randn(rng, *right)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.conv(a, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1), (1, 1), (1, 1), (1, 1))
+        pooled = odla.max_pool(y, L.CHANNELS_FIRST, (2, 2), (2, 2), (0, 0), (0, 0))
+        other = odla.sin(odla.create_argument(VT(E.FLOAT32, right), "b"))  # left to TVM
+        odla.set_value_as_output(odla.mul(pooled, other))
+
+    _check_against_tvm(build, {"x": x, "b": b})
+
+
+@needs_onednn
 @pytest.mark.parametrize("shape, axes", [((1, 16, 7, 7), (2, 3)), ((2, 3, 5), (1,)),
                                          ((4, 6), (0, 1))])
 def test_mean_keeping_its_axes_matches_tvm(shape, axes):
