@@ -201,6 +201,28 @@ def test_concat_of_parameters_matches_tvm(channels):
 
 
 @needs_onednn
+@pytest.mark.parametrize("features", [64, 4])
+def test_concat_of_features_and_a_new_convolution_matches_tvm(features):
+    """DenseNet's layer: the features so far (a parameter, plain) and a convolution's new
+    channels (blocked) joined in the larger one's layout, returned (computed in the output
+    itself where plain) and read by a ReLU and a convolution after."""
+    rng = np.random.default_rng(features)
+    x = _randn(rng, 1, features, 8, 8)
+    w = _randn(rng, 16, features, 3, 3, scale=0.2)
+    after = _randn(rng, 8, features + 16, 1, 1, scale=0.3)
+
+    def build():
+        data = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        joined = odla.concat([data, _conv_relu(data, w)], 1)
+        odla.set_value_as_output(joined)
+        odla.set_value_as_output(odla.relu(joined))
+        odla.set_value_as_output(odla.conv(joined, L.CHANNELS_FIRST, 1, _constant(after),
+                                           L.OIS, (1, 1), (1, 1), (0, 0), (0, 0)))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
 def test_concat_of_one_tensor_twice_matches_tvm():
     """The composite takes a repeated operand once; the step still reads it twice."""
     x = _randn(np.random.default_rng(3), 1, 5, 4, 4)

@@ -113,6 +113,7 @@ class Region {
     for (auto& [index, view] : views_) view.set_data_handle(params[index]);
     for (size_t i = 0; i < outputs_.size(); ++i)
       outputs_[i].set_data_handle(data(args[params_.size() + i]));
+    for (auto& [value, output] : in_output_) value.set_data_handle(outputs_[output].get_data_handle());
     for (Weights& w : weights_) refresh(w);
     dnnl::stream stream(cpu_engine());
     for (Action& action : actions_) action.primitive.execute(stream, action.args);
@@ -136,10 +137,17 @@ class Region {
           break;
       }
     }
-    for (int result : results_) {
-      const memory& value = values_[result];
+    for (size_t i = 0; i < results_.size(); ++i) {
+      memory& value = values_[results_[i]];
       outputs_.emplace_back(plain_desc(value.get_desc().get_dims()), cpu_engine(), nullptr);
-      add_reorder(value, outputs_.back());
+      // A plain result is computed in the output itself (its memory is pointed there each
+      // call); another layout, or a step returned twice, is reordered into it.
+      bool first = std::find(results_.begin(), results_.begin() + i, results_[i]) ==
+                   results_.begin() + i;
+      if (first && value.get_desc() == outputs_.back().get_desc())
+        in_output_.emplace_back(value, i);
+      else
+        add_reorder(value, outputs_.back());
     }
     built_ = true;
   }
@@ -447,18 +455,26 @@ class Region {
     // Concat reads its inputs in whatever layouts they have (no reorder before it), and oneDNN
     // derives the destination's layout from theirs (nhwc from nhwc, as squeezenet's
     // convolutions choose), so the convolutions after it mostly read it as it is.
-    // Inputs in different layouts go to nhwc first: oneDNN concatenates mixed layouts with
-    // its reference code (DenseNet's plain and nhwc inputs: 5 ms a concat).
+    // Inputs in different layouts go to the layout of the largest first: oneDNN concatenates
+    // mixed layouts with its reference code (DenseNet's plain and nhwc inputs: 5 ms a
+    // concat), and DenseNet's largest input, the features so far, comes plain from TVM.
     std::vector<memory::desc> sources;
     std::unordered_map<int, memory> args;
+    memory::desc largest = value(concat_sources(s)[0]).get_desc();
     bool mixed = false;
-    for (const Operand& source : concat_sources(s))
-      mixed = mixed || value(source).get_desc() != value(concat_sources(s)[0]).get_desc();
+    for (const Operand& source : concat_sources(s)) {
+      memory::desc desc = value(source).get_desc();
+      mixed = mixed || desc != largest;
+      if (desc.get_size() > largest.get_size()) largest = desc;
+    }
+    const memory::format_tag largest_tag = largest == plain_desc(largest.get_dims())
+                                               ? memory::format_tag::abcd
+                                               : memory::format_tag::acdb;
     for (const Operand& source : concat_sources(s)) {
       memory input = value(source);
       if (mixed && s.dst_shape.rank == 4)
         input = as_layout(source, memory::desc(input.get_desc().get_dims(), memory::data_type::f32,
-                                               memory::format_tag::acdb));
+                                               largest_tag));
       args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(sources.size())] = input;
       sources.push_back(input.get_desc());
     }
@@ -472,6 +488,7 @@ class Region {
   std::vector<std::pair<int, memory>> views_;  // parameters read in another shape: param_view
   std::vector<memory> values_;   // each step's result, in the layout the step chose
   std::vector<memory> outputs_;  // the region's results, plain, pointing at TVM's tensors
+  std::vector<std::pair<memory, size_t>> in_output_;  // step values computed in output i
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
