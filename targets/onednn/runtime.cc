@@ -76,6 +76,15 @@ inline memory::desc plain_desc(const Dims& dims) {
   return memory::desc(dims, memory::data_type::f32, plain_tag(dims.size()));
 }
 
+// The tag of a 4-d ``desc`` among the layouts oneDNN's convolutions choose, else undef.
+inline memory::format_tag format_of(const memory::desc& desc) {
+  using tag = memory::format_tag;
+  if (desc.get_ndims() != 4) return tag::undef;
+  for (tag t : {tag::abcd, tag::acdb, tag::aBcd16b, tag::aBcd8b})
+    if (desc == memory::desc(desc.get_dims(), memory::data_type::f32, t)) return t;
+  return tag::undef;
+}
+
 inline memory::desc any_desc(const Dims& dims) {
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
@@ -398,16 +407,27 @@ class Region {
     Dims stored = to_dims(s.weights_shape);
     // Both operands in one layout: oneDNN 3.2 runs a blocked operand with a plain one as its
     // reference code (ZFNet's LRN product over 1x96x109x109: 46 ms, 0.7 in one layout). An
-    // operand broadcast along some axes is read plain, so the other is made plain too.
+    // operand broadcast along some axes is read plain; where oneDNN has no fast code for
+    // that beside the other's layout, the other is made plain too.
+    auto binary_desc = [&](const memory& other) {
+      return dnnl::binary::primitive_desc(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
+                                          other.get_desc(), any_desc(to_dims(s.dst_shape)), attr);
+    };
     memory other;
     if (stored == src.get_desc().get_dims()) {
       other = as_layout(s.weights, src.get_desc());
     } else {
-      src = as_layout(s.src, plain_desc(src.get_desc().get_dims()));
-      other = plain_view(s.weights, widened(stored, s.dst_shape.rank, false), false);
+      Dims dims = widened(stored, s.dst_shape.rank, false);
+      other = plain_view(s.weights, dims, false);
+      memory::format_tag tag = format_of(src.get_desc());
+      if (tag != memory::format_tag::undef)
+        other = as_layout(s.weights, memory::desc(dims, memory::data_type::f32, tag));
     }
-    dnnl::binary::primitive_desc pd(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
-                                    other.get_desc(), any_desc(to_dims(s.dst_shape)), attr);
+    auto pd = binary_desc(other);
+    if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) {
+      src = as_layout(s.src, plain_desc(src.get_desc().get_dims()));
+      pd = binary_desc(other);
+    }
     args[DNNL_ARG_SRC_0] = src;
     args[DNNL_ARG_SRC_1] = other;
     finish_step(s, dnnl::binary(pd), pd.dst_desc(), std::move(args));
