@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 
 import tvm
 import tvm_ffi.libinfo
@@ -297,10 +298,10 @@ def cache_dir() -> str:
 
 
 def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++",
-                   language: str = "c++") -> str:
+                   language: str = "c++", headers: Sequence[str] = ()) -> str:
     """Compiles ``source`` in ``language`` ("c++", which may include tvm/ffi headers, or "c")
-    to a position-independent object file, cached by the source, flags and compiler; returns
-    its path."""
+    to a position-independent object file, cached by the source, the text of ``headers`` (the
+    files of one's own it includes), flags and compiler; returns its path."""
     if shutil.which(compiler) is None:
         raise PluginUnavailable(f"{compiler} is not installed; plugins compile their kernels "
                                 "with it: apt-get install g++")
@@ -308,7 +309,9 @@ def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++"
     command = [compiler, "-x", language, standard, "-O2", "-fPIC", "-c", *flags,
                "-I", tvm_ffi.libinfo.find_include_path(),
                "-I", tvm_ffi.libinfo.find_dlpack_include_path()]
-    digest = hashlib.sha256("\0".join([source, *command]).encode()).hexdigest()[:20]
+    # The headers' text counts: an object built against an older struct layout segfaults.
+    included = [Path(header).read_text() for header in headers]
+    digest = hashlib.sha256("\0".join([source, *included, *command]).encode()).hexdigest()[:20]
     directory = cache_dir()
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{digest}.o")
@@ -329,7 +332,9 @@ def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++"
 
 
 def static_library(source: str, function_names: Sequence[str],
-                   flags: Sequence[str] = ()) -> tvm.runtime.Module:
+                   flags: Sequence[str] = (), headers: Sequence[str] = ()) -> tvm.runtime.Module:
     """A runtime module of the functions ``source`` exports (TVM_FFI_DLL_EXPORT_TYPED_FUNC),
-    which export_library links into the model's shared library."""
-    return tvm.runtime.load_static_library(compile_object(source, flags), list(function_names))
+    which export_library links into the model's shared library; ``headers`` as for
+    compile_object."""
+    return tvm.runtime.load_static_library(compile_object(source, flags, headers=headers),
+                                           list(function_names))
