@@ -283,6 +283,25 @@ def _binary_pattern(op: str, post_ops: int) -> PluginPattern:
     return _with_post_ops(f"onednn.binary_{op.split('.')[-1]}", root, {}, post_ops, _binary_ok)
 
 
+def _transpose_axes(transpose, rank: int) -> list[int]:
+    axes = transpose.attrs.axes
+    return list(range(rank))[::-1] if axes is None else [int(a) % rank for a in axes]
+
+
+def _transpose_ok(context) -> bool:
+    transpose = context.annotated_expr["root"]
+    shape = _shape(transpose.args[0])
+    return (_plain_ok(context) and shape is not None and 2 <= len(shape) <= 5
+            and not _is_constant(transpose.args[0]))
+
+
+def _transpose_pattern() -> PluginPattern:
+    """A transpose of a computed tensor (ConvNeXt's NCHW <-> NHWC around its layer norms):
+    a reorder, in the region of the ops around it rather than a TVM kernel between two."""
+    transpose = is_op("relax.permute_dims")(wildcard())
+    return PluginPattern("onednn.transpose", transpose, {"root": transpose}, _transpose_ok)
+
+
 def _mean_ok(context) -> bool:
     mean = context.annotated_expr["root"]
     return (_plain_ok(context) and _shape(mean.args[0]) is not None and bool(mean.attrs.keepdims)
@@ -377,7 +396,7 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 OP_KINDS = ("conv2d", "matmul", "pool", "concat", "softmax", "layer_norm",
-            "elementwise")  # what the onednn.ops item chooses among
+            "elementwise", "transpose")  # what the onednn.ops item chooses among
 ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
                        "all); the others stay with TVM"}
 
@@ -415,6 +434,8 @@ def patterns(items) -> list[PluginPattern]:
         taken += [_mean_pattern()]
         taken += [_binary_pattern(op, count) for count in range(2, -1, -1)
                   for op in BINARY_POST_OPS]
+    if "transpose" in kinds:  # after the matmuls, which take their weights' transposes
+        taken += [_transpose_pattern()]
     return taken
 
 
@@ -547,6 +568,13 @@ class _StepWriter:
                 "algorithm": f"dnnl_{BINARY_POST_OPS[call.op.name]}",
                 **self.bias_and_post_ops(1, output_shape, len(output_shape) - 1, takes_bias=False)}
 
+    def transpose(self) -> dict[str, str]:
+        transpose = self.step.calls[0]
+        src = _shape(transpose.args[0])
+        return {"kind": "Step::kTranspose", "src": _operand(self.input_of(0, 0)),
+                "src_shape": _shape_init(src), "dst_shape": _shape_init(_shape(transpose)),
+                "axes": _list(_transpose_axes(transpose, len(src)))}
+
     def reduction(self) -> dict[str, str]:
         mean = self.step.calls[0]
         return {"kind": "Step::kReduction", "src": _operand(self.input_of(0, 0)),
@@ -625,7 +653,8 @@ class _StepWriter:
                                               ("softmax", self.softmax), ("log_softmax", self.softmax),
                                               ("max_pool2d", self.pool2d),
                                               ("avg_pool2d", self.pool2d), ("binary", self.binary),
-                                              ("reduction", self.reduction))
+                                              ("reduction", self.reduction),
+                                              ("transpose", self.transpose))
                           if kind.startswith(prefix))
             fields = writer()
         # Designated initializers name each field; C++ wants them in declaration order.
@@ -636,7 +665,7 @@ class _StepWriter:
 _STEP_FIELDS = ("kind", "src", "weights", "weights_constant", "weights_transposed", "bias",
                 "src_shape", "weights_shape", "dst_shape", "algorithm", "kernel", "strides",
                 "dilates", "pad_l", "pad_r", "post_op_count", "post_ops", "sources",
-                "source_count", "axis", "scale", "shift", "epsilon")  # region.h's Step, in order
+                "source_count", "axis", "axes", "scale", "shift", "epsilon")  # region.h's Step, in order
 
 
 def _region_source(region: relax.Function) -> tuple[str, str]:
@@ -671,6 +700,10 @@ def _source_dir() -> str:
     return os.fspath(resources.files("targets").joinpath("onednn"))
 
 
+def _region_header() -> str:
+    return os.path.join(_source_dir(), "region.h")
+
+
 def _runtime() -> tvm.runtime.Module:
     """runtime.cc as an object every model library with regions links: compiled once per
     machine and cached (it takes g++ seconds; the tables of a model's regions take a fraction
@@ -678,7 +711,7 @@ def _runtime() -> tvm.runtime.Module:
     source = resources.files("targets").joinpath("onednn", "runtime.cc").read_text()
     return static_library(source, [CALLS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
-                           "-I", _source_dir()])
+                           "-I", _source_dir()], headers=[_region_header()])
 
 
 def codegen(regions: list[relax.Function], _items) -> list:
@@ -686,7 +719,8 @@ def codegen(regions: list[relax.Function], _items) -> list:
     source = "\n\n".join(['#include "region.h"', "using namespace odla_onednn;", *bodies])
     # C++20 for designated initializers (each step's fields are named); -O0: tables only.
     tables = static_library(source, list(names),
-                            ["-std=c++20", "-O0", "-I", include_dir(), "-I", _source_dir()])
+                            ["-std=c++20", "-O0", "-I", include_dir(), "-I", _source_dir()],
+                            headers=[_region_header()])
     return [tables, _runtime()]
 
 

@@ -223,6 +223,44 @@ def test_concat_of_features_and_a_new_convolution_matches_tvm(features):
 
 
 @needs_onednn
+def test_convnext_block_with_its_transposes_is_one_region():
+    """ConvNeXt's block: a depthwise convolution (blocked), to NHWC, layer norm and a GELU
+    MLP over channels, back to NCHW, the residual add: the transposes are reorders inside the
+    region, not TVM kernels between regions."""
+    rng = np.random.default_rng(12)
+    x = _randn(rng, 1, 16, 6, 6)
+    depthwise = _randn(rng, 16, 1, 3, 3, scale=0.3)
+    up, down = _randn(rng, 16, 32, scale=0.2), _randn(rng, 32, 16, scale=0.2)
+    gamma, beta = _randn(rng, 16) + 1.0, _randn(rng, 16)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.conv(a, L.CHANNELS_FIRST, 16, _constant(depthwise), L.OIS, (1, 1), (1, 1),
+                      (1, 1), (1, 1))
+        y = odla.transpose(y, (0, 2, 3, 1))
+        y = odla.layer_norm(y, 1, (3,), 1e-6, _constant(gamma), _constant(beta))
+        y = odla.batch_mat_mul(odla.gelu(odla.batch_mat_mul(y, False, _constant(up), False)),
+                               False, _constant(down), False)
+        odla.set_value_as_output(odla.add(a, odla.transpose(y, (0, 3, 1, 2))))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape, axes", [((3, 5), (1, 0)), ((2, 3, 5), (1, 0, 2)),
+                                         ((2, 3, 4, 5), (0, 3, 1, 2)),
+                                         ((2, 1, 3, 4, 2), (4, 2, 0, 1, 3))])
+def test_transpose_of_a_computed_tensor_matches_tvm(shape, axes):
+    x = _randn(np.random.default_rng(len(shape)), *shape)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, shape), "x")
+        odla.set_value_as_output(odla.transpose(odla.relu(odla.mul(a, a)), axes))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
 def test_concat_of_one_tensor_twice_matches_tvm():
     """The composite takes a repeated operand once; the step still reads it twice."""
     x = _randn(np.random.default_rng(3), 1, 5, 4, 4)
@@ -408,8 +446,8 @@ def test_onednn_ops_item_keeps_the_other_kinds_with_tvm():
     with pytest.raises(odla.OdlaError) as err:
         odla.set_computation_item(comp, "onednn.ops", ["lstm"])
     assert err.value.status == Status.INVALID_PARAM
-    assert ("['conv2d', 'matmul', 'pool', 'concat', 'softmax', 'layer_norm', 'elementwise']"
-            in str(err.value))
+    assert ("['conv2d', 'matmul', 'pool', 'concat', 'softmax', 'layer_norm', 'elementwise', "
+            "'transpose']" in str(err.value))
     assert "lstm" in str(err.value)
 
 

@@ -39,7 +39,9 @@ struct PostOp {
 };
 
 struct Step {
-  enum Kind { kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction } kind;
+  enum Kind {
+    kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction, kTranspose
+  } kind;
   Operand src;
   Operand weights;          // conv: constant weights (a parameter); matmul: the right operand;
                             // binary: the operand broadcast to src (weights_shape: its dims,
@@ -57,6 +59,7 @@ struct Step {
   const Operand* sources;  // concat: its operands in order (along channels), source_count
   int source_count;        // of them
   int axis;                // softmax: the axis it normalizes over
+  int64_t axes[5];         // transpose: output axis i is input axis axes[i]
   Operand scale, shift;    // layer norm over the last axis: none() where the graph has none
   Operand epsilon;         // layer norm: the scalar parameter holding epsilon
 };

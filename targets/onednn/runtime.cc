@@ -123,6 +123,7 @@ class Region {
     for (size_t i = 0; i < outputs_.size(); ++i)
       outputs_[i].set_data_handle(data(args[params_.size() + i]));
     for (auto& [value, output] : in_output_) value.set_data_handle(outputs_[output].get_data_handle());
+    for (auto& [value, writer] : writers_) writer.set_data_handle(value.get_data_handle());
     for (Weights& w : weights_) refresh(w);
     dnnl::stream stream(cpu_engine());
     for (Action& action : actions_) action.primitive.execute(stream, action.args);
@@ -141,6 +142,7 @@ class Region {
         case Step::kSoftmax: build_softmax(s); break;
         case Step::kBinary: build_binary(s); break;
         case Step::kReduction: build_reduction(s); break;
+        case Step::kTranspose: build_transpose(s); break;
         case Step::kLayerNorm:
           build_layer_norm(s, *static_cast<const float*>(data(args[s.epsilon.index])));
           break;
@@ -433,6 +435,26 @@ class Region {
     finish_step(s, dnnl::binary(pd), pd.dst_desc(), std::move(args));
   }
 
+  // A transpose is a reorder into the output's plain buffer seen with the input's axis
+  // order: output axis i of the plain result is input axis axes[i] (whatever the input's
+  // layout, a convolution's blocked one included).
+  void build_transpose(const Step& s) {
+    Dims src_dims = to_dims(s.src_shape), dst_dims = to_dims(s.dst_shape);
+    memory result(plain_desc(dst_dims), cpu_engine());
+    Dims strides(src_dims.size());
+    memory::dim stride = 1;
+    for (size_t i = dst_dims.size(); i-- > 0;) {
+      strides[s.axes[i]] = stride;
+      stride *= dst_dims[i];
+    }
+    memory writer(memory::desc(src_dims, memory::data_type::f32, strides), cpu_engine(),
+                  result.get_data_handle());
+    memory& src = value(s.src);
+    actions_.push_back({dnnl::reorder(src, writer), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, writer}}});
+    writers_.emplace_back(result, writer);
+    values_.push_back(result);
+  }
+
   void build_reduction(const Step& s) {
     // Plain: oneDNN reduces blocked layouts with its reference code (squeezenet's final mean
     // over an nChw16c map: 400 ms).
@@ -509,6 +531,7 @@ class Region {
   std::vector<memory> values_;   // each step's result, in the layout the step chose
   std::vector<memory> outputs_;  // the region's results, plain, pointing at TVM's tensors
   std::vector<std::pair<memory, size_t>> in_output_;  // step values computed in output i
+  std::vector<std::pair<memory, memory>> writers_;  // a transpose's value, the view it is written by
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
