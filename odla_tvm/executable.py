@@ -187,6 +187,13 @@ def store_results(ctx: Context, outputs: list[Value], results: list[np.ndarray])
         for value, result in zip(outputs, results):
             ctx.results[value.id] = result
         return
+    unknown = sorted(set(ctx.output_buffers) - {v.id for v in outputs})
+    if unknown:  # bound by id to an executable loaded alone: nothing checked the ids before
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"context binds buffers to {unknown}, which are not outputs; outputs: "
+            f"{[v.id for v in outputs]}",
+        )
     for value, result in zip(outputs, results):
         ctx.check_output_buffer(value, result)
     for value, result in zip(outputs, results):
