@@ -18,7 +18,16 @@ from .computation import Computation, Value, ValueKind, _computation, _index
 from .context import Context, _context
 from .device import Device, checked_device
 from .tuning import cache_dir_of
-from .types import ComputeMode, ItemType, OdlaError, Status, ValueType, checked, odla_enum
+from .types import (
+    ComputeMode,
+    ItemType,
+    OdlaError,
+    Status,
+    ValueType,
+    checked,
+    odla_enum,
+    run_failure,
+)
 from .version import __version__
 
 _MAGIC = b"ODLATVM\0"
@@ -70,7 +79,7 @@ class Executable:
         try:
             return self.module.run(inputs, on_call=recorder)
         except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
-            raise OdlaError(Status.FAILURE, f"the compiled module failed to run: {err}") from None
+            raise run_failure(err, "the compiled module failed to run") from None
         finally:
             if recorder is not None:
                 recorder.finish()
