@@ -420,10 +420,15 @@ def checked_array(data, value_type: ValueType, what: str, shape=None) -> np.ndar
     except Exception as err:  # noqa: BLE001 (any object may be handed in)
         raise OdlaError(Status.INVALID_PARAM, f"{what} is not array-like: {err}") from None
     if array.dtype != value_type.dtype:
+        # Not an array: say what it is, since NumPy's reading of it (None is an object
+        # array) is not what the caller handed in.
+        given = f"has dtype {array.dtype}" if isinstance(data, np.ndarray) else \
+            "is None" if data is None else \
+            f"is a {type(data).__name__} (read as {array.dtype}{list(array.shape)})"
         raise OdlaError(
             Status.INVALID_PARAM,
-            f"{what} has dtype {array.dtype}; expected {value_type.dtype} "
-            f"({value_type.element_type.name})",
+            f"{what} {given}; expected {value_type.dtype} ({value_type.element_type.name}) "
+            f"data of shape {list(value_type.shape.dims)}",
         )
     expected = as_shape(shape) if shape is not None else value_type.shape
     if not expected.matches(array.shape):

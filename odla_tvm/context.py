@@ -44,18 +44,7 @@ class Context:
         self.inputs[value.id] = argument_data(value, data, self.runtime_shapes.get(value.id))
 
     def bind_output(self, value: Value, buffer) -> None:
-        self._check_alive()
-        if not isinstance(buffer, np.ndarray):
-            raise OdlaError(
-                Status.INVALID_PARAM,
-                f"buffer for output {value.id!r} is a {type(buffer).__name__}; expected a "
-                "writable NumPy array, filled in place",
-            )
-        if not buffer.flags.writeable or not buffer.flags.c_contiguous:
-            raise OdlaError(
-                Status.INVALID_PARAM,
-                f"buffer for output {value.id!r} is not a writable C-contiguous array",
-            )
+        self.bind_output_by_id(value.id, buffer)
         if buffer.dtype != value.type.dtype:
             raise OdlaError(
                 Status.INVALID_PARAM,
@@ -67,7 +56,24 @@ class Context:
                 f"buffer for output {value.id!r} holds {buffer.size} elements; expected "
                 f"{value.shape.element_count()} (shape {value.shape.dims})",
             )
-        self.output_buffers[value.id] = buffer
+
+    def bind_output_by_id(self, value_id: str, buffer) -> None:
+        """Binds ``buffer`` to the output ``value_id`` once it is a writable C-contiguous array;
+        its dtype and size are checked against the output (here by bind_output, or at launch
+        for an executable loaded without its computation)."""
+        self._check_alive()
+        if not isinstance(buffer, np.ndarray):
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value_id!r} is a {type(buffer).__name__}; expected a "
+                "writable NumPy array, filled in place",
+            )
+        if not buffer.flags.writeable or not buffer.flags.c_contiguous:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value_id!r} is not a writable C-contiguous array",
+            )
+        self.output_buffers[value_id] = buffer
 
     def get_data(self, value: Value, data: np.ndarray | None = None) -> np.ndarray:
         return get_value_data(value, data, self)
@@ -83,6 +89,12 @@ class Context:
 
     def check_output_buffer(self, value: Value, result: np.ndarray) -> None:
         buffer = self.output_buffers.get(value.id)
+        if buffer is not None and buffer.dtype != result.dtype:
+            raise OdlaError(
+                Status.INVALID_PARAM,
+                f"buffer for output {value.id!r} has dtype {buffer.dtype}; the run produced "
+                f"{result.dtype}; nothing was written",
+            )
         if buffer is not None and buffer.size != result.size:
             raise OdlaError(
                 Status.INVALID_PARAM,
@@ -159,35 +171,47 @@ def bind_to_output(value: Value, data: np.ndarray, context: Context) -> None:
 
 
 def bind_to_output_by_id(value_id: str, data: np.ndarray, context: Context) -> None:
-    bind_to_output(find_value_by_id(value_id), data, context)
+    """Binds by id in the current computation; with none current (a loaded executable),
+    the buffer's dtype and size are checked against the executable's output at launch."""
+    if current_computation_or_none() is None:
+        _context(context).bind_output_by_id(str(value_id), data)
+    else:
+        bind_to_output(find_value_by_id(value_id), data, context)
 
 
-def get_value_data(value: Value, data: np.ndarray | None = None, context: Context | None = None):
+def get_value_data(value: Value | str, data: np.ndarray | None = None,
+                   context: Context | None = None):
     """The data of an output after a run in ``context``, or, with no context, the data a
     constant, variable or interpret-mode value holds; copied into ``data`` when a buffer is
-    given, else returned."""
-    value = _value(value)
-    if context is None and (value.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE)
-                            or value.interpreted):
-        result = value.require_data()
+    given, else returned. With a context, ``value`` may be a value id: an executable loaded
+    without its computation has no Value objects to pass."""
+    if isinstance(value, str) and context is not None:
+        value_id = value
     else:
-        ctx = _context(context)
-        if value.id in ctx.results:
-            result = ctx.results[value.id]
-        elif value.id in ctx.inputs:
-            result = ctx.inputs[value.id]
-        else:
-            raise OdlaError(
-                Status.INVALID_PARAM,
-                f"the context holds no data for {value.id!r}; bind it or run a computation "
-                "that outputs it first",
-            )
+        value = _value(value)
+        value_id = value.id
+        if context is None and (value.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE)
+                                or value.interpreted):
+            return _copied(value_id, value.require_data(), data)
+    ctx = _context(context)
+    result = ctx.results.get(value_id, ctx.inputs.get(value_id))
+    if result is None:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"the context holds no data for {value_id!r}; bind it or run a computation "
+            "that outputs it first",
+        )
+    return _copied(value_id, result, data)
+
+
+def _copied(value_id: str, result: np.ndarray, data: np.ndarray | None) -> np.ndarray:
+    """A copy of ``result``: new, or written into the caller's buffer ``data``."""
     if data is None:
         return result.copy()
     if not isinstance(data, np.ndarray) or data.size != result.size or data.dtype != result.dtype:
         raise OdlaError(
             Status.INVALID_PARAM,
-            f"buffer for {value.id!r} must be a {result.dtype} array of {result.size} elements; "
+            f"buffer for {value_id!r} must be a {result.dtype} array of {result.size} elements; "
             f"got {getattr(data, 'dtype', type(data).__name__)} with "
             f"{getattr(data, 'size', '?')} elements",
         )

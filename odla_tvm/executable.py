@@ -18,7 +18,16 @@ from .computation import Computation, Value, ValueKind, _computation, _index
 from .context import Context, _context
 from .device import Device, checked_device
 from .tuning import cache_dir_of
-from .types import ComputeMode, ItemType, OdlaError, Status, ValueType, checked, odla_enum
+from .types import (
+    ComputeMode,
+    ItemType,
+    OdlaError,
+    Status,
+    ValueType,
+    checked,
+    odla_enum,
+    run_failure,
+)
 from .version import __version__
 
 _MAGIC = b"ODLATVM\0"
@@ -70,7 +79,7 @@ class Executable:
         try:
             return self.module.run(inputs, on_call=recorder)
         except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
-            raise OdlaError(Status.FAILURE, f"the compiled module failed to run: {err}") from None
+            raise run_failure(err, "the compiled module failed to run") from None
         finally:
             if recorder is not None:
                 recorder.finish()
@@ -187,6 +196,13 @@ def store_results(ctx: Context, outputs: list[Value], results: list[np.ndarray])
         for value, result in zip(outputs, results):
             ctx.results[value.id] = result
         return
+    unknown = sorted(set(ctx.output_buffers) - {v.id for v in outputs})
+    if unknown:  # bound by id to an executable loaded alone: nothing checked the ids before
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"context binds buffers to {unknown}, which are not outputs; outputs: "
+            f"{[v.id for v in outputs]}",
+        )
     for value, result in zip(outputs, results):
         ctx.check_output_buffer(value, result)
     for value, result in zip(outputs, results):

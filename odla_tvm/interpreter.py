@@ -11,7 +11,7 @@ from collections import Counter
 import relay_bridge
 import targets
 
-from .types import OdlaError, Status
+from .types import run_failure
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def execute(op_name: str, operands: list, attrs: dict, results: list) -> None:
         module = _module(op_name, operands, attrs)
         arrays = module.run([v.data for v in operands if v is not None])
     except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
-        raise OdlaError(Status.FAILURE, f"interpret mode could not run {op_name}: {err}") from None
+        raise run_failure(err, f"interpret mode could not run {op_name}") from None
     statistics["executed"] += 1
     for value, array in zip(results, arrays):
         value.data = array

@@ -12,6 +12,8 @@ from enum import IntEnum
 import ml_dtypes
 import numpy as np
 
+import relay_bridge
+
 ODLA_API_VERSION = "0.5.0"
 MAX_DIMENSION = 10  # ODLA_MAX_DIMENSION
 
@@ -248,6 +250,16 @@ class OdlaError(Exception):
         super().__init__(f"[{status.name}] {message}")
         self.status = Status(status)
         self.message = message
+
+
+def run_failure(err: Exception, what: str) -> OdlaError:
+    """The OdlaError for a compiled run that raised ``err``: an index in the caller's data
+    that a kernel refused (relay_bridge.IndexOutOfRange) is INVALID_PARAM; anything else is
+    a FAILURE of ``what``."""
+    refused = relay_bridge.IndexOutOfRange.message_in(err)
+    if refused is not None:
+        return OdlaError(Status.INVALID_PARAM, refused)
+    return OdlaError(Status.FAILURE, f"{what}: {err}")
 
 
 # Quantized ODLA types are stored as their plain integer counterparts.

@@ -5,7 +5,7 @@ this package knows nothing of devices, targets or files.
 """
 
 from .custom_ops import register_custom_op
-from .errors import LoweringError
+from .errors import IndexOutOfRange, LoweringError
 from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
@@ -13,6 +13,7 @@ from .registry import register, registered_ops
 __all__ = [
     "DYNAMIC_DIM",
     "GraphBuilder",
+    "IndexOutOfRange",
     "LoweringError",
     "PRECISIONS",
     "dtype_of",

@@ -1,3 +1,35 @@
+import re
+
+import tvm_ffi
+
+
 class LoweringError(ValueError):
     """An op cannot be lowered: its operands or attributes are impossible. The message
     names the op, the offending value, what was expected and what was given."""
+
+
+@tvm_ffi.register_error
+class IndexOutOfRange(IndexError):
+    """A kernel found an index, read from run-time data, outside the tensor it addresses; it
+    stopped before reading or writing there. Registered with TVM's FFI so that the error keeps
+    its type through the compiled code that raises it."""
+
+    _FORM = re.compile(r"\S.* index -?\d+ \(element \d+ of the indices\) is out of range; "
+                       r"expected -?\d+ to -?\d+")
+
+    @classmethod
+    def of(cls, what: str, position: int, index: int, size: int) -> "IndexOutOfRange":
+        """The error for ``index`` at flat ``position`` of the indices of ``what`` (the op and
+        its value), for a dim of ``size``. (The FFI rebuilds the error from its message.)"""
+        return cls(f"{what}: index {index} (element {position} of the indices) is out of "
+                   f"range; expected {-size} to {size - 1}")
+
+    @classmethod
+    def message_in(cls, err: BaseException) -> str | None:
+        """The message of an IndexOutOfRange that ``err`` is or carries: TVM's thread pool
+        re-raises a parallel kernel's error as a RuntimeError("Task N error: ...") that keeps
+        only its text."""
+        if isinstance(err, cls):
+            return str(err)
+        found = cls._FORM.search(str(err).split("error: ", 1)[-1])
+        return found.group(0) if found else None

@@ -38,6 +38,11 @@ class Emitter:
     def __call__(self, expr: relax.Expr) -> relax.Var:
         return self._graph._emit(expr, self._hint)
 
+    @property
+    def value_id(self) -> str:
+        """The ODLA value id of the op being lowered, for messages."""
+        return self._hint
+
     def te(self, te_func, *args, **kwargs) -> relax.Var:
         """Binds ``te_func(*args, **kwargs)``, Relax tensors among ``args`` turned into TE
         tensors, as a call_tir of a new PrimFunc: for computations Relax has no op for."""

@@ -18,6 +18,8 @@ import tvm
 from tvm import te, tirx, topi
 from tvm.script import tirx as T
 
+from .errors import IndexOutOfRange
+
 
 def select_by(values: list, position):
     """``values[position]`` for a PrimExpr ``position``, as a chain of selects."""
@@ -43,16 +45,33 @@ def scaled_dims(dims: list, scales: te.Tensor) -> te.Tensor:
     )
 
 
-def wrap_negative(indices: te.Tensor, sizes: list) -> te.Tensor:
+@tvm.register_global_func("odla_tvm.index_out_of_range")
+def _index_out_of_range(what: str, position: int, index: int, size: int):
+    raise IndexOutOfRange.of(what, position, index, size)
+
+
+def wrap_negative(indices: te.Tensor, sizes: list, checked_as: str | None = None) -> te.Tensor:
     """``indices``, each negative one counted from the end of its dim: one size for all
-    indices, or one per position along the last axis of ``indices`` (index tuples)."""
+    indices, or one per position along the last axis of ``indices`` (index tuples).
+    ``checked_as`` (the op and value, for the message): an index outside [-size, size-1]
+    fails the run with IndexOutOfRange, so no kernel reads or writes through it; the check
+    costs a comparison per index, and the call is made only for a bad one."""
 
     def element(*i):
         index = indices(*i)
-        size = select_by(sizes, i[-1]) if len(sizes) > 1 else sizes[0]
-        return tirx.Select(index < 0, index + tirx.Cast(indices.dtype, size), index)
+        size = tirx.Cast(indices.dtype, select_by(sizes, i[-1]) if len(sizes) > 1 else sizes[0])
+        wrapped = tirx.Select(index < 0, index + size, index)
+        if checked_as is None:
+            return wrapped
+        position = tirx.const(0, "int64")
+        for k, dim in zip(i, indices.shape):
+            position = position * dim + k
+        failure = tirx.call_packed("odla_tvm.index_out_of_range", checked_as, position,
+                                   tirx.Cast("int64", index), tirx.Cast("int64", size))
+        return tirx.if_then_else(tirx.all(-size <= index, index < size), wrapped,
+                                 tirx.Cast(indices.dtype, failure))
 
-    return te.compute(indices.shape, element, name="wrapped")
+    return te.compute(indices.shape, element, name="checked" if checked_as else "wrapped")
 
 
 def strided_gather(x: te.Tensor, start: te.Tensor, stride: te.Tensor, sizes: list) -> te.Tensor:

@@ -60,9 +60,9 @@ def gather(emit, x, indices, *, axis):
     check_axis(x, axis)
     if indices.ty.dtype not in ("int32", "int64"):
         raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
-    # "wrap" gives negative indices their ODLA/ONNX meaning (from the end) and keeps an
-    # out-of-range index from reading outside the tensor.
-    return R.take(x, indices, axis, mode="wrap")
+    checked = emit.te(wrap_negative, indices, [x.ty.shape.values[axis]],
+                      _checked_as(emit, "Gather", axis))
+    return R.take(x, checked, axis)
 
 
 @register("Pad")
@@ -142,6 +142,11 @@ def fill(emit, *, method, dims, dtype, p0, p1, seed):
     return emit.te(random_fill, tuple(dims), dtype, method == "RandomNormal", p0, p1, seed)
 
 
+def _checked_as(emit, op, axis=None):
+    """How a bounds check names the op and its value (and the axis indexed) in its error."""
+    return f"{op} {emit.value_id!r}" + ("" if axis is None else f", axis {axis} of the input")
+
+
 def _check_indices(indices):
     if indices.ty.dtype not in ("int32", "int64"):
         raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
@@ -153,8 +158,9 @@ def gather_elements(emit, x, indices, *, axis):
     _check_indices(indices)
     if indices.ty.ndim != x.ty.ndim:
         raise LoweringError(f"indices are {indices.ty}; expected the rank of input {x.ty}")
-    wrapped = emit.te(wrap_negative, indices, [x.ty.shape.values[axis]])
-    return R.gather_elements(x, wrapped, axis)
+    checked = emit.te(wrap_negative, indices, [x.ty.shape.values[axis]],
+                      _checked_as(emit, "GatherElements", axis))
+    return R.gather_elements(x, checked, axis)
 
 
 @register("GatherND")
@@ -167,8 +173,9 @@ def gather_nd(emit, x, indices, *, batch_dims):
             f"static length in the last axis, addressing at most the {x.ty.ndim} dims of input"
         )
     sizes = list(x.ty.shape.values[batch_dims: batch_dims + int(tuple_size)])
-    wrapped = emit.te(wrap_negative, indices, sizes) if sizes else indices
-    return R.gather_nd(x, wrapped, batch_dims)
+    checked = emit.te(wrap_negative, indices, sizes,
+                      _checked_as(emit, "GatherND")) if sizes else indices
+    return R.gather_nd(x, checked, batch_dims)
 
 
 @register("OneHot")
@@ -178,6 +185,8 @@ def one_hot(emit, indices, values, *, depth, axis):
     check_axis(indices, axis, allow_end=True)
     rank = indices.ty.ndim
     axis %= rank + 1
+    # Unchecked: ONNX gives an index outside [-depth, depth-1] a row of off values, and it
+    # addresses no memory.
     wrapped = emit.te(wrap_negative, indices, [depth])
     positions = emit(R.reshape(emit(R.arange(depth, dtype=str(indices.ty.dtype))),
                                [depth] + [1] * (rank - axis)))
@@ -290,7 +299,8 @@ def dims_expand(emit, x, original, axes):
     check_vector(x, "input")
     check_integer(axes, "axes")
     check_same_dtype(x, original)
-    axes = emit.te(wrap_negative, emit(R.astype(axes, "int64")), [x.ty.shape.values[0]])
+    axes = emit.te(wrap_negative, emit(R.astype(axes, "int64")), [x.ty.shape.values[0]],
+                   _checked_as(emit, "DimsExpand"))
     replaced = emit(R.take(x, axes))
     dtype = str(x.ty.dtype)
     relative = emit(R.less(original, relax.const(0, dtype)))
