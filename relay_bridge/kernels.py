@@ -45,33 +45,55 @@ def scaled_dims(dims: list, scales: te.Tensor) -> te.Tensor:
     )
 
 
-@tvm.register_global_func("odla_tvm.index_out_of_range")
-def _index_out_of_range(what: str, position: int, index: int, size: int):
-    raise IndexOutOfRange.of(what, position, index, size)
+def _size_of(sizes: list, i: tuple, dtype: str):
+    """The dim an index at position ``i`` addresses: one size for all, or one per position
+    along the last axis (index tuples)."""
+    return tirx.Cast(dtype, select_by(sizes, i[-1]) if len(sizes) > 1 else sizes[0])
 
 
-def wrap_negative(indices: te.Tensor, sizes: list, checked_as: str | None = None) -> te.Tensor:
-    """``indices``, each negative one counted from the end of its dim: one size for all
-    indices, or one per position along the last axis of ``indices`` (index tuples).
-    ``checked_as`` (the op and value, for the message): an index outside [-size, size-1]
-    fails the run with IndexOutOfRange, so no kernel reads or writes through it; the check
-    costs a comparison per index, and the call is made only for a bad one."""
+def wrap_negative(indices: te.Tensor, sizes: list, checked: te.Tensor | None = None) -> te.Tensor:
+    """``indices``, each negative one counted from the end of its dim (``sizes`` as for
+    _size_of). ``checked``: check_indices' verdict on them, which orders this kernel after
+    the check; a bad index (never reached: the check raises) would address element 0."""
 
     def element(*i):
         index = indices(*i)
-        size = tirx.Cast(indices.dtype, select_by(sizes, i[-1]) if len(sizes) > 1 else sizes[0])
-        wrapped = tirx.Select(index < 0, index + size, index)
-        if checked_as is None:
+        wrapped = tirx.Select(index < 0, index + _size_of(sizes, i, indices.dtype), index)
+        if checked is None:
             return wrapped
-        position = tirx.const(0, "int64")
-        for k, dim in zip(i, indices.shape):
-            position = position * dim + k
-        failure = tirx.call_packed("odla_tvm.index_out_of_range", checked_as, position,
-                                   tirx.Cast("int64", index), tirx.Cast("int64", size))
-        return tirx.if_then_else(tirx.all(-size <= index, index < size), wrapped,
-                                 tirx.Cast(indices.dtype, failure))
+        return tirx.Select(checked[0] == 0, wrapped, tirx.const(0, indices.dtype))
 
-    return te.compute(indices.shape, element, name="checked" if checked_as else "wrapped")
+    return te.compute(indices.shape, element, name="wrapped")
+
+
+def out_of_range_count(indices: te.Tensor, sizes: list) -> te.Tensor:
+    """How many of ``indices`` lie outside [-size, size-1] of their dim (``sizes`` as for
+    _size_of): a reduction every target schedules, GPUs included."""
+
+    def bad(*i):
+        index, size = indices(*i), _size_of(sizes, i, indices.dtype)
+        return tirx.Cast("int64", tirx.any(index < -size, index >= size))
+
+    if not indices.shape:
+        return te.compute((1,), lambda _: bad(), name="out_of_range")
+    axes = [te.reduce_axis((0, dim)) for dim in indices.shape]
+    return te.compute((1,), lambda _: te.sum(bad(*axes), axis=axes), name="out_of_range")
+
+
+@tvm.register_global_func("odla_tvm.check_indices")
+def check_indices(count, indices, what: str, *sizes: int):
+    """Raises IndexOutOfRange naming the first bad index when out_of_range_count found any,
+    before a kernel reads through it; else a fresh zero, wrap_negative's ``checked``. Runs
+    on the host between kernels: one small copy from a GPU, and the indices only to name the
+    bad one."""
+    if int(count.numpy()[0]):
+        found = indices.numpy()
+        dims = np.asarray(sizes, np.int64) if len(sizes) > 1 else np.int64(sizes[0])
+        bad = (found < -dims) | (found >= dims)
+        position = int(np.flatnonzero(bad)[0])
+        size = int(sizes[position % len(sizes)]) if len(sizes) > 1 else int(sizes[0])
+        raise IndexOutOfRange.of(what, position, int(found.flat[position]), size)
+    return tvm.runtime.tensor(np.zeros(1, np.int64), count.device)
 
 
 def strided_gather(x: te.Tensor, start: te.Tensor, stride: te.Tensor, sizes: list) -> te.Tensor:

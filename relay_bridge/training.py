@@ -129,7 +129,9 @@ def training_module(forward: tvm.IRModule, trained: list[int], loss_index: int,
     loss = outputs[loss_index]
     check_loss(loss)
     bindings = [b for block in func.body.blocks for b in block.bindings]
-    mod = tvm.IRModule({_LOSS_FUNC: _loss_first(func, bindings, outputs, loss)})
+    # The forward's kernels (emit.te's, a bounds check's) come along: the loss calls them.
+    kernels = {gv: f for gv, f in forward.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    mod = tvm.IRModule({_LOSS_FUNC: _loss_first(func, bindings, outputs, loss), **kernels})
     mod = relax.transform.Normalize()(mod)
     params = mod[_LOSS_FUNC].params
     try:

@@ -63,6 +63,18 @@ def test_cnn_compiles_for_cuda_without_a_gpu(cnn):
     assert module.tuned_kernels == []  # no tuning records were given
 
 
+def test_a_gather_compiles_for_cuda_without_a_gpu():
+    """A checked gather's kernel calls back to the host for a bad index, which GPU code
+    cannot: on CUDA it addresses a safe row instead (no read out of bounds), and compiles."""
+    comp = odla.create_computation()
+    table = odla.create_argument(VT(E.FLOAT32, (10, 4)), "table")
+    ids = odla.create_argument(VT(E.INT64, (3,)), "ids")
+    odla.set_value_as_output(odla.gather(table, ids, 0))
+    module = compile_module(comp.build_module(), targets.get_target("cuda"))
+    odla.destroy_computation(comp)
+    assert [m.kind for m in module.library.mod.imports[0].imports if m.kind == "cuda"]
+
+
 def test_cnn_compiles_for_aarch64_on_this_machine(cnn):
     mod, _, _ = cnn
     spec = targets.registry.AARCH64_LINUX

@@ -10,7 +10,8 @@ from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
-from ..kernels import dims_tensor, random_fill, scaled_dims, strided_gather, wrap_negative
+from ..kernels import (dims_tensor, out_of_range_count, random_fill, scaled_dims,
+                       strided_gather, wrap_negative)
 from ..registry import register
 from .common import (
     as_bool,
@@ -60,9 +61,7 @@ def gather(emit, x, indices, *, axis):
     check_axis(x, axis)
     if indices.ty.dtype not in ("int32", "int64"):
         raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
-    checked = emit.te(wrap_negative, indices, [x.ty.shape.values[axis]],
-                      _checked_as(emit, "Gather", axis))
-    return R.take(x, checked, axis)
+    return R.take(x, _checked(emit, indices, [x.ty.shape.values[axis]], "Gather", axis), axis)
 
 
 @register("Pad")
@@ -142,9 +141,16 @@ def fill(emit, *, method, dims, dtype, p0, p1, seed):
     return emit.te(random_fill, tuple(dims), dtype, method == "RandomNormal", p0, p1, seed)
 
 
-def _checked_as(emit, op, axis=None):
-    """How a bounds check names the op and its value (and the axis indexed) in its error."""
-    return f"{op} {emit.value_id!r}" + ("" if axis is None else f", axis {axis} of the input")
+def _checked(emit, indices, sizes: list, op: str, axis: int | None = None):
+    """``indices`` with negative ones counted from the end (wrap_negative), after a check
+    that each lies in [-size, size-1] of its dim: the run fails with IndexOutOfRange naming
+    ``op``, its value (and the axis indexed) otherwise, before any kernel reads through one."""
+    what = f"{op} {emit.value_id!r}" + ("" if axis is None else f", axis {axis} of the input")
+    count = emit.te(out_of_range_count, indices, sizes)
+    verdict = emit(relax.call_pure_packed(
+        "odla_tvm.check_indices", count, indices, what, *[int(size) for size in sizes],
+        ty_args=count.ty))
+    return emit.te(wrap_negative, indices, sizes, verdict)
 
 
 def _check_indices(indices):
@@ -158,9 +164,8 @@ def gather_elements(emit, x, indices, *, axis):
     _check_indices(indices)
     if indices.ty.ndim != x.ty.ndim:
         raise LoweringError(f"indices are {indices.ty}; expected the rank of input {x.ty}")
-    checked = emit.te(wrap_negative, indices, [x.ty.shape.values[axis]],
-                      _checked_as(emit, "GatherElements", axis))
-    return R.gather_elements(x, checked, axis)
+    return R.gather_elements(
+        x, _checked(emit, indices, [x.ty.shape.values[axis]], "GatherElements", axis), axis)
 
 
 @register("GatherND")
@@ -173,8 +178,7 @@ def gather_nd(emit, x, indices, *, batch_dims):
             f"static length in the last axis, addressing at most the {x.ty.ndim} dims of input"
         )
     sizes = list(x.ty.shape.values[batch_dims: batch_dims + int(tuple_size)])
-    checked = emit.te(wrap_negative, indices, sizes,
-                      _checked_as(emit, "GatherND")) if sizes else indices
+    checked = _checked(emit, indices, sizes, "GatherND") if sizes else indices
     return R.gather_nd(x, checked, batch_dims)
 
 
@@ -299,8 +303,7 @@ def dims_expand(emit, x, original, axes):
     check_vector(x, "input")
     check_integer(axes, "axes")
     check_same_dtype(x, original)
-    axes = emit.te(wrap_negative, emit(R.astype(axes, "int64")), [x.ty.shape.values[0]],
-                   _checked_as(emit, "DimsExpand"))
+    axes = _checked(emit, emit(R.astype(axes, "int64")), [x.ty.shape.values[0]], "DimsExpand")
     replaced = emit(R.take(x, axes))
     dtype = str(x.ty.dtype)
     relative = emit(R.less(original, relax.const(0, dtype)))
