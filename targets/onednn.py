@@ -302,6 +302,47 @@ def _transpose_pattern() -> PluginPattern:
     return PluginPattern("onednn.transpose", transpose, {"root": transpose}, _transpose_ok)
 
 
+LRN_SIZES = (3, 5, 7)  # odd windows: centred alike in ONNX and oneDNN
+
+
+def _lrn_ok(context) -> bool:
+    """Across channels of an NCHW map, the window padded as the bridge pads it, the factors
+    scalar constants."""
+    annotated = context.annotated_expr
+    shape, pad = _shape(annotated["input"]), annotated["pad"]
+    slices = [annotated[name] for name in sorted(annotated) if name.startswith("slice")]
+    size = len(slices)
+    widths = [int(w) for w in pad.attrs.pad_width]
+    front = (size - 1) // 2
+    # strided_slice(x, axes, begin, end): each a channel window, starting at 0 .. size-1
+    windows = sorted(tuple(int(v.value) for part in s.args[1:] for v in part.fields)
+                     for s in slices)
+    channels = shape[1] if shape is not None and len(shape) == 4 else 0
+    return (_plain_ok(context) and channels > 0
+            and widths == [0, 0, front, size - 1 - front, 0, 0, 0, 0]
+            and windows == [(1, k, k + channels) for k in range(size)]
+            and all(_is_constant(annotated[name]) and _shape(annotated[name]) == ()
+                    for name in ("alpha", "bias", "beta")))
+
+
+def _lrn_pattern(size: int) -> PluginPattern:
+    """LRN across channels as the bridge lowers it: x / (x^2 padded along channels, its
+    ``size`` shifted slices summed, times alpha / size, plus the bias k)^beta."""
+    x = wildcard()
+    pad = is_op("relax.nn.pad")(is_op("relax.multiply")(x, x))
+    slices = [is_op("relax.strided_slice")(pad, wildcard(), wildcard(), wildcard())
+              for _ in range(size)]
+    window_sum = slices[0]
+    for shifted in slices[1:]:
+        window_sum = is_op("relax.add")(window_sum, shifted)
+    alpha, bias, beta = wildcard(), wildcard(), wildcard()
+    scaled = is_op("relax.add")(is_op("relax.multiply")(window_sum, alpha), bias)
+    lrn = is_op("relax.divide")(x, is_op("relax.power")(scaled, beta))
+    annotations = {"input": x, "pad": pad, "alpha": alpha, "bias": bias, "beta": beta,
+                   "root": lrn, **{f"slice{k}": shifted for k, shifted in enumerate(slices)}}
+    return PluginPattern(f"onednn.lrn{size}", lrn, annotations, _lrn_ok)
+
+
 def _mean_ok(context) -> bool:
     mean = context.annotated_expr["root"]
     return (_plain_ok(context) and _shape(mean.args[0]) is not None and bool(mean.attrs.keepdims)
@@ -396,7 +437,7 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 OP_KINDS = ("conv2d", "matmul", "pool", "concat", "softmax", "layer_norm",
-            "elementwise", "transpose")  # what the onednn.ops item chooses among
+            "elementwise", "transpose", "lrn")  # what the onednn.ops item chooses among
 ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
                        "all); the others stay with TVM"}
 
@@ -426,6 +467,8 @@ def patterns(items) -> list[PluginPattern]:
                   for affine in ("scale_offset", "scale", "")]
     if "softmax" in kinds:
         taken += [_softmax_pattern("softmax"), _softmax_pattern("log_softmax")]
+    if "lrn" in kinds:
+        taken += [_lrn_pattern(size) for size in LRN_SIZES]
     if "pool" in kinds:
         taken += [_pool2d_pattern("max_pool2d"), _pool2d_pattern("avg_pool2d")]
     if "concat" in kinds:
@@ -575,6 +618,19 @@ class _StepWriter:
                 "src_shape": _shape_init(src), "dst_shape": _shape_init(_shape(transpose)),
                 "axes": _list(_transpose_axes(transpose, len(src)))}
 
+    def lrn(self) -> dict[str, str]:
+        """The calls: x*x, pad, the slices, their sum, * alpha/size, + k, ^beta, x / that."""
+        calls = self.step.calls
+        size = int(self.step.composite.removeprefix("onednn.lrn"))
+        shape = _shape(calls[0].args[0])
+        power = [c.op.name for c in calls].index("relax.power")  # after * alpha/size, + k
+        return {"kind": "Step::kLrn", "src": _operand(self.input_of(0, 0)),
+                "src_shape": _shape_init(shape), "dst_shape": _shape_init(shape),
+                "kernel": _list([size, size]),
+                "scale": _operand(self.other_operand(power - 2)[0]),
+                "shift": _operand(self.other_operand(power - 1)[0]),
+                "epsilon": _operand(self.other_operand(power)[0])}
+
     def reduction(self) -> dict[str, str]:
         mean = self.step.calls[0]
         return {"kind": "Step::kReduction", "src": _operand(self.input_of(0, 0)),
@@ -654,7 +710,8 @@ class _StepWriter:
                                               ("max_pool2d", self.pool2d),
                                               ("avg_pool2d", self.pool2d), ("binary", self.binary),
                                               ("reduction", self.reduction),
-                                              ("transpose", self.transpose))
+                                              ("transpose", self.transpose),
+                                              ("lrn", self.lrn))
                           if kind.startswith(prefix))
             fields = writer()
         # Designated initializers name each field; C++ wants them in declaration order.

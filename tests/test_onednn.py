@@ -261,6 +261,24 @@ def test_transpose_of_a_computed_tensor_matches_tvm(shape, axes):
 
 
 @needs_onednn
+@pytest.mark.parametrize("size, alpha, beta, bias", [(5, 1e-4, 0.75, 1.0), (3, 0.5, 0.5, 2.0)])
+def test_lrn_matches_tvm(size, alpha, beta, bias):
+    """LRN after a convolution (one region), then twice alone on maps of that shape with
+    other factors each time (one region TVM calls from both places): each with its own."""
+    rng = np.random.default_rng(size)
+    x = _randn(rng, 1, 16, 7, 7, scale=3.0)
+    w = _randn(rng, 16, 16, 3, 3, scale=0.3)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.lrn(_conv_relu(a, w), L.CHANNELS_FIRST, size, alpha, beta, bias)
+        z = odla.lrn(odla.sin(y), L.CHANNELS_FIRST, size, alpha * 2, beta / 2, bias + 1)
+        odla.set_value_as_output(odla.lrn(odla.sin(z), L.CHANNELS_FIRST, size, alpha, beta, bias))
+
+    _check_against_tvm(build, {"x": x}, expected_calls=3)
+
+
+@needs_onednn
 def test_concat_of_one_tensor_twice_matches_tvm():
     """The composite takes a repeated operand once; the step still reads it twice."""
     x = _randn(np.random.default_rng(3), 1, 5, 4, 4)
@@ -447,7 +465,7 @@ def test_onednn_ops_item_keeps_the_other_kinds_with_tvm():
         odla.set_computation_item(comp, "onednn.ops", ["lstm"])
     assert err.value.status == Status.INVALID_PARAM
     assert ("['conv2d', 'matmul', 'pool', 'concat', 'softmax', 'layer_norm', 'elementwise', "
-            "'transpose']" in str(err.value))
+            "'transpose', 'lrn']" in str(err.value))
     assert "lstm" in str(err.value)
 
 
@@ -780,7 +798,7 @@ def test_binary_op_between_tensors_matches_tvm(left, right, op):
 
 
 @needs_onednn
-@pytest.mark.parametrize("right", [(1, 16, 4, 4), (1, 16, 1, 1)])
+@pytest.mark.parametrize("right", [(1, 16, 4, 4), (1, 16, 1, 1), (16, 1, 1)])
 def test_binary_op_of_a_blocked_and_a_plain_tensor_matches_tvm(right):
     """A pooled convolution's map (in oneDNN's blocked layout) times a tensor TVM computed
     (plain): read in one layout, or both plain where one broadcasts."""

@@ -40,7 +40,7 @@ struct PostOp {
 
 struct Step {
   enum Kind {
-    kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction, kTranspose
+    kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction, kTranspose, kLrn
   } kind;
   Operand src;
   Operand weights;          // conv: constant weights (a parameter); matmul: the right operand;
@@ -60,8 +60,10 @@ struct Step {
   int source_count;        // of them
   int axis;                // softmax: the axis it normalizes over
   int64_t axes[5];         // transpose: output axis i is input axis axes[i]
-  Operand scale, shift;    // layer norm over the last axis: none() where the graph has none
-  Operand epsilon;         // layer norm: the scalar parameter holding epsilon
+  Operand scale, shift;    // layer norm over the last axis: none() where the graph has none;
+                           // LRN: scalar parameters alpha / size and the bias k
+  Operand epsilon;         // layer norm: the scalar parameter holding epsilon; LRN: beta
+                           // (LRN's window size is kernel[0])
 };
 
 // One region: its parameters' shapes, its steps, and the steps whose values it returns.

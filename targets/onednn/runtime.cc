@@ -105,6 +105,16 @@ class Region {
       params_.emplace_back(plain_desc(to_dims(spec.params[i])), cpu_engine(), nullptr);
   }
 
+  // Whether the scalars the primitives were built with (a layer norm's epsilon, LRN's
+  // factors) differ in ``args``: TVM calls one region from each place the graph repeats it,
+  // and two places may pass other values.
+  bool stale(const TVMFFIAny* args) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [index, value] : scalars_)
+      if (*static_cast<const float*>(data(args[index])) != value) return true;
+    return false;
+  }
+
   // One call as TVM makes it (call_dps_packed): the region's parameters, then its outputs.
   void run(const TVMFFIAny* args, int32_t num_args) {
     std::lock_guard<std::mutex> lock(mutex_);  // one region's buffers serve one call at a time
@@ -143,8 +153,9 @@ class Region {
         case Step::kBinary: build_binary(s); break;
         case Step::kReduction: build_reduction(s); break;
         case Step::kTranspose: build_transpose(s); break;
-        case Step::kLayerNorm:
-          build_layer_norm(s, *static_cast<const float*>(data(args[s.epsilon.index])));
+        case Step::kLayerNorm: build_layer_norm(s, scalar(args, s.epsilon)); break;
+        case Step::kLrn:
+          build_lrn(s, scalar(args, s.scale), scalar(args, s.shift), scalar(args, s.epsilon));
           break;
       }
     }
@@ -422,8 +433,11 @@ class Region {
       Dims dims = widened(stored, s.dst_shape.rank, false);
       other = plain_view(s.weights, dims, false);
       memory::format_tag tag = format_of(src.get_desc());
-      if (tag != memory::format_tag::undef)
-        other = as_layout(s.weights, memory::desc(dims, memory::data_type::f32, tag));
+      if (tag != memory::format_tag::undef && tag != memory::format_tag::abcd) {
+        memory converted(memory::desc(dims, memory::data_type::f32, tag), cpu_engine());
+        add_reorder(other, converted);  // from the view of the operand in src's rank
+        other = converted;
+      }
     }
     auto pd = binary_desc(other);
     if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) {
@@ -462,6 +476,38 @@ class Region {
     dnnl::reduction::primitive_desc pd(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
                                        any_desc(to_dims(s.dst_shape)), 0.f, 0.f);
     finish_step(s, dnnl::reduction(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
+  }
+
+  // A scalar parameter's value, read while building (and recorded for stale).
+  float scalar(const TVMFFIAny* args, Operand operand) {
+    float value = *static_cast<const float*>(data(args[operand.index]));
+    scalars_.emplace_back(operand.index, value);
+    return value;
+  }
+
+  // ONNX's LRN across channels, x / (k + alpha / size * window sum of x^2)^beta, as the
+  // bridge lowers it: oneDNN's lrn_across_channels, in the layout its input has.
+  // Where oneDNN has only reference code for the input's layout (plain NCHW), the input is
+  // reordered to one it has jit code for.
+  void build_lrn(const Step& s, float alpha_over_size, float k, float beta) {
+    memory::dim size = s.kernel[0];
+    auto lrn_desc = [&](const memory::desc& src) {
+      return dnnl::lrn_forward::primitive_desc(
+          cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::lrn_across_channels,
+          src, src, size, alpha_over_size * static_cast<float>(size), beta, k);
+    };
+    memory src = value(s.src);
+    auto pd = lrn_desc(src.get_desc());
+    for (auto tag : {memory::format_tag::aBcd16b, memory::format_tag::acdb}) {
+      if (std::string(pd.impl_info_str()).find("ref") == std::string::npos) break;
+      memory::desc blocked(src.get_desc().get_dims(), memory::data_type::f32, tag);
+      auto retried = lrn_desc(blocked);
+      if (std::string(retried.impl_info_str()).find("ref") == std::string::npos) {
+        src = as_layout(s.src, blocked);
+        pd = retried;
+      }
+    }
+    finish_step(s, dnnl::lrn_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
   }
 
   void build_layer_norm(const Step& s, float epsilon) {
@@ -535,19 +581,22 @@ class Region {
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
+  std::vector<std::pair<int, float>> scalars_;  // parameter index, value built with
   bool built_ = false;
   std::mutex mutex_;
 };
 
 // Each generated region's state, made on its first call.
 std::mutex regions_mutex;
-std::unordered_map<const RegionSpec*, std::unique_ptr<Region>> regions;
+std::unordered_map<const RegionSpec*, std::shared_ptr<Region>> regions;
 
-Region& region_of(const RegionSpec* spec) {
+// The region for a call with ``args``: built anew when its scalars differ (a call running on
+// the one before keeps it alive until it returns).
+std::shared_ptr<Region> region_for(const RegionSpec* spec, const TVMFFIAny* args) {
   std::lock_guard<std::mutex> lock(regions_mutex);
-  std::unique_ptr<Region>& region = regions[spec];
-  if (!region) region = std::make_unique<Region>(*spec);
-  return *region;
+  std::shared_ptr<Region>& region = regions[spec];
+  if (!region || region->stale(args)) region = std::make_shared<Region>(*spec);
+  return region;
 }
 
 }  // namespace
@@ -556,7 +605,7 @@ Region& region_of(const RegionSpec* spec) {
 extern "C" int odla_onednn_run(const odla_onednn::RegionSpec* spec, const TVMFFIAny* args,
                                int32_t num_args) {
   TVM_FFI_SAFE_CALL_BEGIN();
-  odla_onednn::region_of(spec).run(args, num_args);
+  odla_onednn::region_for(spec, args)->run(args, num_args);
   TVM_FFI_SAFE_CALL_END();
 }
 
