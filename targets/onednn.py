@@ -289,17 +289,25 @@ def _transpose_axes(transpose, rank: int) -> list[int]:
 
 
 def _transpose_ok(context) -> bool:
-    transpose = context.annotated_expr["root"]
-    shape = _shape(transpose.args[0])
-    return (_plain_ok(context) and shape is not None and 2 <= len(shape) <= 5
-            and not _is_constant(transpose.args[0]))
+    annotated = context.annotated_expr
+    shapes = [_shape(annotated[name]) for name in ("input", "transpose", "root")]
+    return (_plain_ok(context) and all(s is not None and 1 <= len(s) <= 5 for s in shapes)
+            and len(shapes[1]) >= 2 and not _is_constant(annotated["input"]))
 
 
-def _transpose_pattern() -> PluginPattern:
-    """A transpose of a computed tensor (ConvNeXt's NCHW <-> NHWC around its layer norms):
-    a reorder, in the region of the ops around it rather than a TVM kernel between two."""
-    transpose = is_op("relax.permute_dims")(wildcard())
-    return PluginPattern("onednn.transpose", transpose, {"root": transpose}, _transpose_ok)
+def _transpose_pattern(reshaped_before: bool, reshaped_after: bool) -> PluginPattern:
+    """A transpose of a computed tensor (ConvNeXt's NCHW <-> NHWC around its layer norms),
+    with the reshapes around it (attention's heads split and merged, ShuffleNet's channel
+    shuffle): one reorder, in the region of the ops around it rather than TVM kernels
+    between regions. A reshape alone stays with TVM, where it is free."""
+    x = wildcard()
+    before = is_op("relax.reshape")(x, wildcard()) if reshaped_before else x
+    transpose = is_op("relax.permute_dims")(before)
+    root = is_op("relax.reshape")(transpose, wildcard()) if reshaped_after else transpose
+    name = "_".join(["onednn.transpose", *(["reshaped"] if reshaped_before else []),
+                     *(["reshape"] if reshaped_after else [])])
+    return PluginPattern(name, root, {"input": x, "transpose": transpose, "root": root},
+                         _transpose_ok)
 
 
 LRN_SIZES = (3, 5, 7)  # odd windows: centred alike in ONNX and oneDNN
@@ -478,7 +486,8 @@ def patterns(items) -> list[PluginPattern]:
         taken += [_binary_pattern(op, count) for count in range(2, -1, -1)
                   for op in BINARY_POST_OPS]
     if "transpose" in kinds:  # after the matmuls, which take their weights' transposes
-        taken += [_transpose_pattern()]
+        taken += [_transpose_pattern(before, after) for before in (True, False)
+                  for after in (True, False)]
     return taken
 
 
@@ -612,10 +621,13 @@ class _StepWriter:
                 **self.bias_and_post_ops(1, output_shape, len(output_shape) - 1, takes_bias=False)}
 
     def transpose(self) -> dict[str, str]:
-        transpose = self.step.calls[0]
+        """src_shape: the transpose's input (a reshape before it is a view); dst_shape: the
+        step's result (after a reshape after it)."""
+        calls = self.step.calls
+        transpose = next(c for c in calls if c.op.name == "relax.permute_dims")
         src = _shape(transpose.args[0])
         return {"kind": "Step::kTranspose", "src": _operand(self.input_of(0, 0)),
-                "src_shape": _shape_init(src), "dst_shape": _shape_init(_shape(transpose)),
+                "src_shape": _shape_init(src), "dst_shape": _shape_init(_shape(calls[-1])),
                 "axes": _list(_transpose_axes(transpose, len(src)))}
 
     def lrn(self) -> dict[str, str]:

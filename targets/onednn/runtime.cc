@@ -134,6 +134,7 @@ class Region {
       outputs_[i].set_data_handle(data(args[params_.size() + i]));
     for (auto& [value, output] : in_output_) value.set_data_handle(outputs_[output].get_data_handle());
     for (auto& [value, writer] : writers_) writer.set_data_handle(value.get_data_handle());
+    for (auto& [plain, view] : reshaped_) view.set_data_handle(plain.get_data_handle());
     for (Weights& w : weights_) refresh(w);
     dnnl::stream stream(cpu_engine());
     for (Action& action : actions_) action.primitive.execute(stream, action.args);
@@ -450,20 +451,28 @@ class Region {
   }
 
   // A transpose is a reorder into the output's plain buffer seen with the input's axis
-  // order: output axis i of the plain result is input axis axes[i] (whatever the input's
-  // layout, a convolution's blocked one included).
+  // order: transposed axis i is input axis axes[i] (whatever the input's layout, a
+  // convolution's blocked one included). The reshapes around it (attention's heads split
+  // and merged, a channel shuffle) are views: a reshaped input is read plain in src_shape,
+  // and the plain result is dst_shape.
   void build_transpose(const Step& s) {
     Dims src_dims = to_dims(s.src_shape), dst_dims = to_dims(s.dst_shape);
-    memory result(plain_desc(dst_dims), cpu_engine());
-    Dims strides(src_dims.size());
+    Dims transposed(src_dims.size()), strides(src_dims.size());
+    for (size_t i = 0; i < src_dims.size(); ++i) transposed[i] = src_dims[s.axes[i]];
     memory::dim stride = 1;
-    for (size_t i = dst_dims.size(); i-- > 0;) {
+    for (size_t i = transposed.size(); i-- > 0;) {
       strides[s.axes[i]] = stride;
-      stride *= dst_dims[i];
+      stride *= transposed[i];
     }
+    memory result(plain_desc(dst_dims), cpu_engine());
     memory writer(memory::desc(src_dims, memory::data_type::f32, strides), cpu_engine(),
                   result.get_data_handle());
-    memory& src = value(s.src);
+    memory src = value(s.src);
+    if (src.get_desc().get_dims() != src_dims) {
+      memory plain = as_layout(s.src, plain_desc(src.get_desc().get_dims()));
+      src = memory(plain_desc(src_dims), cpu_engine(), plain.get_data_handle());
+      reshaped_.emplace_back(plain, src);
+    }
     actions_.push_back({dnnl::reorder(src, writer), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, writer}}});
     writers_.emplace_back(result, writer);
     values_.push_back(result);
@@ -578,6 +587,7 @@ class Region {
   std::vector<memory> outputs_;  // the region's results, plain, pointing at TVM's tensors
   std::vector<std::pair<memory, size_t>> in_output_;  // step values computed in output i
   std::vector<std::pair<memory, memory>> writers_;  // a transpose's value, the view it is written by
+  std::vector<std::pair<memory, memory>> reshaped_;  // a plain tensor, a transpose's view of it
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
