@@ -351,6 +351,21 @@ def _lrn_pattern(size: int) -> PluginPattern:
     return PluginPattern(f"onednn.lrn{size}", lrn, annotations, _lrn_ok)
 
 
+def _unary_ok(context) -> bool:
+    """A unary op of a computed tensor, then post-ops."""
+    call = context.annotated_expr["root_op"]
+    shape = _shape(call)
+    return (shape is not None and 1 <= len(shape) <= 5 and _plain_ok(context)
+            and not _is_constant(call.args[0]) and _post_ops_ok(context, shape))
+
+
+def _unary_pattern(op: str, post_ops: int) -> PluginPattern:
+    """A unary op standing alone (a ReLU after a concat, a GELU between reshapes), then
+    ``post_ops`` elementwise ops: it joins the regions on either side instead of cutting them."""
+    root = is_op(op)(wildcard())
+    return _with_post_ops(f"onednn.unary_{op.split('.')[-1]}", root, {}, post_ops, _unary_ok)
+
+
 def _mean_ok(context) -> bool:
     mean = context.annotated_expr["root"]
     return (_plain_ok(context) and _shape(mean.args[0]) is not None and bool(mean.attrs.keepdims)
@@ -485,6 +500,8 @@ def patterns(items) -> list[PluginPattern]:
         taken += [_mean_pattern()]
         taken += [_binary_pattern(op, count) for count in range(2, -1, -1)
                   for op in BINARY_POST_OPS]
+        taken += [_unary_pattern(op, count) for count in range(2, -1, -1)
+                  for op in UNARY_POST_OPS]
     if "transpose" in kinds:  # after the matmuls, which take their weights' transposes
         taken += [_transpose_pattern(before, after) for before in (True, False)
                   for after in (True, False)]
@@ -643,6 +660,14 @@ class _StepWriter:
                 "shift": _operand(self.other_operand(power - 1)[0]),
                 "epsilon": _operand(self.other_operand(power)[0])}
 
+    def unary(self) -> dict[str, str]:
+        call = self.step.calls[0]
+        shape = _shape(call)
+        return {"kind": "Step::kEltwise", "src": _operand(self.input_of(0, 0)),
+                "src_shape": _shape_init(shape), "dst_shape": _shape_init(shape),
+                "algorithm": f"dnnl_{UNARY_POST_OPS[call.op.name]}",
+                **self.bias_and_post_ops(1, shape, len(shape) - 1, takes_bias=False)}
+
     def reduction(self) -> dict[str, str]:
         mean = self.step.calls[0]
         return {"kind": "Step::kReduction", "src": _operand(self.input_of(0, 0)),
@@ -723,7 +748,7 @@ class _StepWriter:
                                               ("avg_pool2d", self.pool2d), ("binary", self.binary),
                                               ("reduction", self.reduction),
                                               ("transpose", self.transpose),
-                                              ("lrn", self.lrn))
+                                              ("lrn", self.lrn), ("unary", self.unary))
                           if kind.startswith(prefix))
             fields = writer()
         # Designated initializers name each field; C++ wants them in declaration order.

@@ -303,6 +303,22 @@ def test_transpose_with_reshapes_around_it_matches_tvm(split, axes, merged):
 
 
 @needs_onednn
+@pytest.mark.parametrize("op", ["relu", "sigmoid", "tanh", "gelu"])
+def test_unary_op_after_a_concat_matches_tvm(op):
+    """A unary op of a computed tensor (ShuffleNet's ReLU after its concat), then a residual
+    add: one step in the region of the concat."""
+    rng = np.random.default_rng(2)
+    x, w = _randn(rng, 1, 4, 6, 6), _randn(rng, 4, 4, 3, 3, scale=0.3)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        joined = odla.concat([a, _conv_relu(a, w)], 1)
+        odla.set_value_as_output(odla.add(getattr(odla, op)(joined), joined))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
 def test_concat_of_one_tensor_twice_matches_tvm():
     """The composite takes a repeated operand once; the step still reads it twice."""
     x = _randn(np.random.default_rng(3), 1, 5, 4, 4)

@@ -40,7 +40,8 @@ struct PostOp {
 
 struct Step {
   enum Kind {
-    kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction, kTranspose, kLrn
+    kConv, kMatmul, kPool, kConcat, kSoftmax, kLayerNorm, kBinary, kReduction, kTranspose, kLrn,
+    kEltwise
   } kind;
   Operand src;
   Operand weights;          // conv: constant weights (a parameter); matmul: the right operand;
@@ -52,7 +53,7 @@ struct Step {
   Shape src_shape, weights_shape, dst_shape;  // conv weights grouped when groups > 1; matmul
                                               // operands as stored, before any transpose
   dnnl_alg_kind_t algorithm;  // pool: max or average (with or without the padding); softmax:
-                              // accurate or log; binary: the op; reduction: mean
+                              // accurate or log; binary, eltwise: the op; reduction: mean
   int64_t kernel[2], strides[2], dilates[2], pad_l[2], pad_r[2];  // dilates count from 0
   int post_op_count;
   PostOp post_ops[8];

@@ -154,6 +154,7 @@ class Region {
         case Step::kBinary: build_binary(s); break;
         case Step::kReduction: build_reduction(s); break;
         case Step::kTranspose: build_transpose(s); break;
+        case Step::kEltwise: build_eltwise(s); break;
         case Step::kLayerNorm: build_layer_norm(s, scalar(args, s.epsilon)); break;
         case Step::kLrn:
           build_lrn(s, scalar(args, s.scale), scalar(args, s.shift), scalar(args, s.epsilon));
@@ -410,6 +411,19 @@ class Region {
     dnnl::softmax_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference,
                                              algorithm(s.algorithm), src.get_desc(), src.get_desc(), s.axis);
     finish_step(s, dnnl::softmax_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
+  }
+
+  // A unary op on a computed tensor (a ReLU after a concat), in the layout it has, then the
+  // step's post-ops.
+  void build_eltwise(const Step& s) {
+    std::unordered_map<int, memory> args;
+    dnnl::primitive_attr attr = post_op_attr(s, args);
+    memory src = value(s.src);
+    dnnl::eltwise_forward::primitive_desc pd(cpu_engine(), dnnl::prop_kind::forward_inference,
+                                             algorithm(s.algorithm), src.get_desc(),
+                                             src.get_desc(), 0.f, 0.f, attr);
+    args[DNNL_ARG_SRC] = src;
+    finish_step(s, dnnl::eltwise_forward(pd), pd.dst_desc(), std::move(args));
   }
 
   // src (of dst's dims, in whatever layout it has) op weights (of as many dims or fewer,
