@@ -442,13 +442,14 @@ def _tuned(result: ModelResult, process, tuning_dir, stop) -> None:
 
 
 def model_files(files=(), names=()) -> list[tuple[str, str]]:
-    """(name, path) of each light model named (its file in the onnx package; an unknown name
-    is an error) and of each ONNX file (named by its file; bench_models checks the files)."""
+    """(name, path) of each light model named (its file in the onnx package, named like it:
+    light_<name>, apart from a real model of that name; an unknown name is an error) and of
+    each ONNX file (named by its file; bench_models checks the files)."""
     unknown = [n for n in names if n not in LIGHT_MODELS]
     if unknown:
         raise OdlaError(Status.INVALID_PARAM,
                         f"models {unknown} are not light models; choose from {list(LIGHT_MODELS)}")
-    models = [(name, light_model_path(name)) for name in names]
+    models = [(f"light_{name}", light_model_path(name)) for name in names]
     models += [(os.path.splitext(os.path.basename(os.fspath(f)))[0], os.fspath(f)) for f in files]
     return models
 
