@@ -319,6 +319,31 @@ def test_unary_op_after_a_concat_matches_tvm(op):
 
 
 @needs_onednn
+def test_a_result_read_again_in_another_shape_matches_tvm():
+    """A mean the region returns (computed in TVM's output) and reads again broadcast, viewed
+    in the other operand's rank: the view follows the output, call after call."""
+    rng = np.random.default_rng(6)
+    inputs = [{"x": _randn(rng, 2, 3, 5)} for _ in range(2)]
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, (2, 3, 5)), "x")
+        mean = odla.reduce_mean(a, 2, (1, 2), True)
+        odla.set_value_as_output(mean)
+        odla.set_value_as_output(odla.relu(odla.sub(a, mean)))
+
+    _, expected = zip(*(_run(build, feeds, DeviceName.INTEL_X86) for feeds in inputs))
+    comp = odla.create_computation()
+    build()
+    session = odla.Session(odla.compile_computation(
+        comp, odla.allocate_device(device_name=DeviceName.INTEL_DNNL)))
+    for _ in range(2):
+        for feeds, want in zip(inputs, expected, strict=True):
+            for out, ref in zip(session.run(feeds), want, strict=True):
+                np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+    assert _oneDNN_calls(session.executable) == 4
+
+
+@needs_onednn
 def test_concat_of_one_tensor_twice_matches_tvm():
     """The composite takes a repeated operand once; the step still reads it twice."""
     x = _randn(np.random.default_rng(3), 1, 5, 4, 4)

@@ -134,7 +134,7 @@ class Region {
       outputs_[i].set_data_handle(data(args[params_.size() + i]));
     for (auto& [value, output] : in_output_) value.set_data_handle(outputs_[output].get_data_handle());
     for (auto& [value, writer] : writers_) writer.set_data_handle(value.get_data_handle());
-    for (auto& [plain, view] : reshaped_) view.set_data_handle(plain.get_data_handle());
+    for (auto& [source, view] : step_views_) view.set_data_handle(source.get_data_handle());
     for (Weights& w : weights_) refresh(w);
     dnnl::stream stream(cpu_engine());
     for (Action& action : actions_) action.primitive.execute(stream, action.args);
@@ -359,8 +359,15 @@ class Region {
       desc = memory::desc(dims, memory::data_type::f32, strides);
     }
     if (operand.kind == Operand::kParam) return param_view(operand.index, desc);
-    memory source = as_layout(operand, plain_desc(value(operand).get_desc().get_dims()));
-    return memory(desc, cpu_engine(), source.get_data_handle());
+    return step_view(as_layout(operand, plain_desc(value(operand).get_desc().get_dims())), desc);
+  }
+
+  // ``source`` (a step's plain value) read as ``desc``: its buffer may move each call (a
+  // result computed in TVM's output), and the view follows it.
+  memory step_view(const memory& source, const memory::desc& desc) {
+    memory view(desc, cpu_engine(), source.get_data_handle());
+    step_views_.emplace_back(source, view);
+    return view;
   }
 
   // Operand dims with leading axes of size 1 up to ``rank``; with the last two swapped when
@@ -483,9 +490,11 @@ class Region {
                   result.get_data_handle());
     memory src = value(s.src);
     if (src.get_desc().get_dims() != src_dims) {
-      memory plain = as_layout(s.src, plain_desc(src.get_desc().get_dims()));
-      src = memory(plain_desc(src_dims), cpu_engine(), plain.get_data_handle());
-      reshaped_.emplace_back(plain, src);
+      if (s.src.kind == Operand::kParam)
+        src = param_view(s.src.index, plain_desc(src_dims));
+      else
+        src = step_view(as_layout(s.src, plain_desc(src.get_desc().get_dims())),
+                        plain_desc(src_dims));
     }
     actions_.push_back({dnnl::reorder(src, writer), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, writer}}});
     writers_.emplace_back(result, writer);
@@ -601,7 +610,7 @@ class Region {
   std::vector<memory> outputs_;  // the region's results, plain, pointing at TVM's tensors
   std::vector<std::pair<memory, size_t>> in_output_;  // step values computed in output i
   std::vector<std::pair<memory, memory>> writers_;  // a transpose's value, the view it is written by
-  std::vector<std::pair<memory, memory>> reshaped_;  // a plain tensor, a transpose's view of it
+  std::vector<std::pair<memory, memory>> step_views_;  // a step's plain value, a view of it
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
