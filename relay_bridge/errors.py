@@ -18,11 +18,13 @@ class IndexOutOfRange(IndexError):
                        r"expected -?\d+ to -?\d+")
 
     @classmethod
-    def of(cls, what: str, position: int, index: int, size: int) -> "IndexOutOfRange":
+    def of(cls, what: str, position: int, index: int, size: int,
+           negative: bool = True) -> "IndexOutOfRange":
         """The error for ``index`` at flat ``position`` of the indices of ``what`` (the op and
-        its value), for a dim of ``size``. (The FFI rebuilds the error from its message.)"""
+        its value), for a dim of ``size`` (counted from its end too where ``negative``). (The
+        FFI rebuilds the error from its message.)"""
         return cls(f"{what}: index {index} (element {position} of the indices) is out of "
-                   f"range; expected {-size} to {size - 1}")
+                   f"range; expected {-size if negative else 0} to {size - 1}")
 
     @classmethod
     def message_in(cls, err: BaseException) -> str | None:

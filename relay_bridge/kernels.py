@@ -66,13 +66,15 @@ def wrap_negative(indices: te.Tensor, sizes: list, checked: te.Tensor | None = N
     return te.compute(indices.shape, element, name="wrapped")
 
 
-def out_of_range_count(indices: te.Tensor, sizes: list) -> te.Tensor:
+def out_of_range_count(indices: te.Tensor, sizes: list, negative: bool = True) -> te.Tensor:
     """How many of ``indices`` lie outside [-size, size-1] of their dim (``sizes`` as for
-    _size_of): a reduction every target schedules, GPUs included."""
+    _size_of; [0, size-1] unless ``negative``): a reduction every target schedules, GPUs
+    included."""
 
     def bad(*i):
         index, size = indices(*i), _size_of(sizes, i, indices.dtype)
-        return tirx.Cast("int64", tirx.any(index < -size, index >= size))
+        lowest = -size if negative else tirx.const(0, indices.dtype)
+        return tirx.Cast("int64", tirx.any(index < lowest, index >= size))
 
     if not indices.shape:
         return te.compute((1,), lambda _: bad(), name="out_of_range")
@@ -81,7 +83,7 @@ def out_of_range_count(indices: te.Tensor, sizes: list) -> te.Tensor:
 
 
 @tvm.register_global_func("odla_tvm.check_indices")
-def check_indices(count, indices, what: str, *sizes: int):
+def check_indices(count, indices, what: str, negative: bool, *sizes: int):
     """Raises IndexOutOfRange naming the first bad index when out_of_range_count found any,
     before a kernel reads through it; else a fresh zero, wrap_negative's ``checked``. Runs
     on the host between kernels: one small copy from a GPU, and the indices only to name the
@@ -89,10 +91,10 @@ def check_indices(count, indices, what: str, *sizes: int):
     if int(count.numpy()[0]):
         found = indices.numpy()
         dims = np.asarray(sizes, np.int64) if len(sizes) > 1 else np.int64(sizes[0])
-        bad = (found < -dims) | (found >= dims)
+        bad = (found < (-dims if negative else 0)) | (found >= dims)
         position = int(np.flatnonzero(bad)[0])
         size = int(sizes[position % len(sizes)]) if len(sizes) > 1 else int(sizes[0])
-        raise IndexOutOfRange.of(what, position, int(found.flat[position]), size)
+        raise IndexOutOfRange.of(what, position, int(found.flat[position]), size, negative)
     return tvm.runtime.tensor(np.zeros(1, np.int64), count.device)
 
 

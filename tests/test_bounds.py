@@ -151,3 +151,36 @@ def test_one_hot_out_of_depth_gives_off_rows_as_onnxruntime():
     (got,) = odla.Session.from_onnx(onnx_model).run({"i": indices})
     np.testing.assert_array_equal(got, expected)
     assert (got[[2, 3, 4]] == -1.0).all()
+
+
+@pytest.mark.parametrize("op", ["roi_align", "roi_max_pool"])
+def test_roi_batch_index_outside_the_batch_is_refused(op):
+    """TOPI reads the input through each ROI's batch index unchecked: one past the batch (or
+    negative) fails the run naming the op and the index; in-range ROIs match a reference."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    comp = odla.create_computation()
+    data = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+    rois = odla.create_argument(VT(E.FLOAT32, (2, 5)), "rois")
+    if op == "roi_align":
+        y = odla.roi_align(data, odla.MemoryLayout.CHANNELS_FIRST, rois, 2, 1.0, (2, 3, 2, 2),
+                           value_id="y")
+    else:
+        y = odla.roi_max_pool(data, odla.MemoryLayout.CHANNELS_FIRST, rois, 2, 2, 1.0,
+                              (2, 3, 2, 2), value_id="y")
+    odla.set_value_as_output(y)
+    session = odla.Session(odla.compile_computation(comp, odla.allocate_device()))
+    whole = np.array([[1, 0, 0, 7, 7], [0, 0, 0, 7, 7]], np.float32)  # each image entire
+    result = session.run({"x": x, "rois": whole})[0]
+    if op == "roi_max_pool":  # a bin's max, the whole image's 2x2 quarters
+        quarters = x.reshape(2, 3, 2, 4, 2, 4).max(axis=(3, 5))
+        np.testing.assert_allclose(result, quarters[[1, 0]], rtol=1e-6)
+    assert result.shape == (2, 3, 2, 2) and result.dtype == np.float32
+    for batch in (2, -1, 1 << 40):
+        bad = whole.copy()
+        bad[1, 0] = batch
+        with pytest.raises(odla.OdlaError) as err:
+            session.run({"x": x, "rois": bad})
+        assert err.value.status == Status.INVALID_PARAM
+        message = str(err.value)
+        assert "'y'" in message and "batch indices" in message and "expected 0 to 1" in message
+        assert f"index {int(np.float32(batch))}" in message

@@ -6,6 +6,7 @@ from tvm import relax, tirx
 from tvm.relax import op as R
 
 from ..errors import LoweringError
+from ..kernels import out_of_range_count
 
 
 def check_axis(x, axis, allow_end=False):
@@ -74,3 +75,14 @@ def widened(emit, x):
 def narrowed(emit, y, dtype: str):
     """``y`` (accumulated wide) rounded once to ``dtype``."""
     return y if str(y.ty.dtype) == dtype else emit(R.astype(y, dtype))
+
+
+def checked_verdict(emit, indices, sizes: list, what: str, negative: bool = True):
+    """A check that each of ``indices`` lies in [-size, size-1] of its dim ([0, size-1]
+    unless ``negative``): the run fails with IndexOutOfRange naming ``what`` otherwise. Its
+    verdict (a zero) is what the kernels reading through the indices must take, to run
+    after it."""
+    count = emit.te(out_of_range_count, indices, sizes, negative)
+    return emit(relax.call_pure_packed(
+        "odla_tvm.check_indices", count, indices, what, negative, *[int(size) for size in sizes],
+        ty_args=count.ty))

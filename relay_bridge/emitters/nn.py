@@ -11,7 +11,7 @@ from tvm.relax import op as R
 
 from ..errors import LoweringError
 from ..registry import register
-from .common import accumulation_dtype, narrowed, widened
+from .common import accumulation_dtype, checked_verdict, narrowed, widened
 from .layout import (
     check_window,
     data_layout,
@@ -448,10 +448,21 @@ def _roi_layout(x, channels_last):
     return "NHWC" if channels_last else "NCHW"
 
 
+def _checked_rois(emit, x, rois, op: str):
+    """``rois`` once their batch indices (column 0, truncated as TOPI reads them) are
+    checked to lie in [0, batch-1]: TOPI reads the input through them unchecked."""
+    batch = emit(R.astype(emit(R.strided_slice(rois, [1], [0], [1])), "int64"))
+    what = f"{op} {emit.value_id!r}, the batch indices of its ROIs"
+    verdict = checked_verdict(emit, batch, [x.ty.shape.values[0]], what, negative=False)
+    # Adding the verdict (a zero) orders the ROI kernel after the check.
+    return emit(R.add(rois, emit(R.astype(verdict, str(rois.ty.dtype)))))
+
+
 @register("ROIAlign")
 def roi_align(emit, x, rois, *, channels_last, spatial_scale, pooled_size, sampling_ratio, mode,
               half_pixel):
     layout = _roi_layout(x, channels_last)
+    rois = _checked_rois(emit, x, rois, "ROIAlign")
     if half_pixel:
         # TOPI's "aligned" only lifts the minimum ROI size of 1; the half-pixel shift of the
         # corners is applied here, in ROI coordinates.
@@ -464,8 +475,8 @@ def roi_align(emit, x, rois, *, channels_last, spatial_scale, pooled_size, sampl
 
 @register("ROIMaxPool")
 def roi_max_pool(emit, x, rois, *, channels_last, spatial_scale, pooled_size):
-    return R.vision.roi_pool(x, rois, tuple(pooled_size), spatial_scale,
-                             _roi_layout(x, channels_last))
+    return R.vision.roi_pool(x, _checked_rois(emit, x, rois, "ROIMaxPool"), tuple(pooled_size),
+                             spatial_scale, _roi_layout(x, channels_last))
 
 
 # -- text and attention ------------------------------------------------------------------------

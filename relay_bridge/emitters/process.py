@@ -10,12 +10,12 @@ from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
-from ..kernels import (dims_tensor, out_of_range_count, random_fill, scaled_dims,
-                       strided_gather, wrap_negative)
+from ..kernels import dims_tensor, random_fill, scaled_dims, strided_gather, wrap_negative
 from ..registry import register
 from .common import (
     as_bool,
     check_axis,
+    checked_verdict,
     check_integer,
     check_same_dtype,
     check_vector,
@@ -142,15 +142,10 @@ def fill(emit, *, method, dims, dtype, p0, p1, seed):
 
 
 def _checked(emit, indices, sizes: list, op: str, axis: int | None = None):
-    """``indices`` with negative ones counted from the end (wrap_negative), after a check
-    that each lies in [-size, size-1] of its dim: the run fails with IndexOutOfRange naming
-    ``op``, its value (and the axis indexed) otherwise, before any kernel reads through one."""
+    """``indices`` with negative ones counted from the end (wrap_negative), once
+    checked_verdict found each in range of its dim."""
     what = f"{op} {emit.value_id!r}" + ("" if axis is None else f", axis {axis} of the input")
-    count = emit.te(out_of_range_count, indices, sizes)
-    verdict = emit(relax.call_pure_packed(
-        "odla_tvm.check_indices", count, indices, what, *[int(size) for size in sizes],
-        ty_args=count.ty))
-    return emit.te(wrap_negative, indices, sizes, verdict)
+    return emit.te(wrap_negative, indices, sizes, checked_verdict(emit, indices, sizes, what))
 
 
 def _check_indices(indices):
