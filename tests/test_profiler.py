@@ -63,8 +63,10 @@ def test_chrome_trace_and_summary(profiled, tmp_path):
     spans = [e for e in events if e["ph"] == "X"]
     assert {e["cat"] for e in spans} == {"run", "kernel", "builtin"}
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
-    conv = max((e for e in spans if e["cat"] == "kernel"), key=lambda e: e["dur"])
-    assert conv["args"]["odla_values"] and conv["args"]["odla_values"][0].startswith("conv")
+    # Each kernel span names the ODLA values it computes (not the longest one: which kernel
+    # takes longest is timing, which a loaded machine reorders).
+    named = [e["args"]["odla_values"] for e in spans if e["cat"] == "kernel"]
+    assert all(named) and any(values[0].startswith("conv") for values in named)
     summary = trace.summary(top=5)
     assert "3 runs" in summary and "ms run time" in summary
     assert len(summary.splitlines()) == 3 + 5
