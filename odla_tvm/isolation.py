@@ -27,9 +27,13 @@ class Lost:
     seconds: float
 
 
+_READY = "isolation: worker ready"
+
+
 def _serve(connection, setup: Callable, setup_args: tuple) -> None:
     """The worker: ``setup(*setup_args)`` gives the function that runs one job by name."""
     run = setup(*setup_args)
+    connection.send(_READY)
     while True:
         name = connection.recv()
         if name is None:
@@ -77,8 +81,9 @@ def run_isolated(names: list[str], setup: Callable, setup_args: tuple = (), jobs
     """Runs the jobs ``names`` in ``jobs`` workers, each made by ``setup(*setup_args)`` (a
     module-level function: workers are spawned) and restarted after ``recycle_after`` jobs to
     bound memory. Returns each name's result, or a Lost for a job that killed its worker or
-    ran past ``timeout`` seconds (a fresh worker's first job counts its start-up too).
-    ``progress(name, result)`` is called after each job."""
+    ran past ``timeout`` seconds, counted from when its worker was ready (a worker's start-up
+    takes seconds, more on a loaded machine). ``progress(name, result)`` is called after each
+    job."""
     context = multiprocessing.get_context("spawn")
     pending = collections.deque(names)
     slots = [_Slot(context, setup, setup_args) for _ in range(max(1, min(jobs, len(names))))]
@@ -104,7 +109,11 @@ def run_isolated(names: list[str], setup: Callable, setup_args: tuple = (), jobs
             for slot in busy:
                 if slot.connection in ready:
                     try:
-                        finish(slot, slot.connection.recv())
+                        result = slot.connection.recv()
+                        if isinstance(result, str) and result == _READY:
+                            slot.started = time.monotonic()
+                        else:
+                            finish(slot, result)
                         continue
                     except (EOFError, OSError):
                         slot.process.join()
