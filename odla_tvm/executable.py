@@ -14,7 +14,7 @@ import numpy as np
 import targets
 
 from . import profiler
-from .computation import Computation, Value, ValueKind, _computation, _index
+from .computation import Computation, Value, ValueKind, _computation, _index, check_fits_in_memory
 from .context import Context, _context
 from .device import Device, checked_device
 from .tuning import cache_dir_of
@@ -376,7 +376,9 @@ def executable_from_manifest(module, device: Device, manifest: dict, variables: 
 def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:
     if not isinstance(slot["id"], str):
         raise TypeError(f"value id {slot['id']!r} is not a string")
-    return Value(slot["id"], ValueType.from_dict(slot["type"]), kind, None, None, data)
+    value_type = ValueType.from_dict(slot["type"])
+    check_fits_in_memory(slot["id"], value_type)
+    return Value(slot["id"], value_type, kind, None, None, data)
 
 
 def _parse(blob: bytes) -> tuple[dict, dict[str, bytes]]:

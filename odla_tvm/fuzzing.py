@@ -533,7 +533,7 @@ class Runner:
         if family == "bytes":
             kind, blob = mutate_bytes(blob, rng)
         else:
-            kind, blob = "manifest", _mutated_executable(blob, rng)
+            kind, blob = "manifest", edit_manifest(blob, lambda m: mutate_json(m, rng))
         return f"{family}/{kind}", lambda: self._run(load_executable(blob), given, rng)
 
     def _bundle(self, family, rng, directory):
@@ -617,13 +617,13 @@ class Runner:
         return f"{family}/{kind}", load
 
 
-def _mutated_executable(blob: bytes, rng: random.Random) -> bytes:
-    """A stored executable with one change to its manifest (its sections untouched)."""
+def edit_manifest(blob: bytes, edit) -> bytes:
+    """A stored executable with its manifest replaced by ``edit(manifest)`` (its sections
+    untouched)."""
     header = struct.Struct("<8sIQ")
     magic, version, length = header.unpack_from(blob)
     body = header.size + length
-    manifest = mutate_json(json.loads(blob[header.size:body]), rng)
-    text = json.dumps(manifest).encode()
+    text = json.dumps(edit(json.loads(blob[header.size:body]))).encode()
     return header.pack(magic, version, len(text)) + text + blob[body:]
 
 

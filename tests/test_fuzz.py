@@ -91,6 +91,17 @@ def test_a_model_bigger_than_memory_is_refused_naming_the_tensor():
     assert err.value.status is odla.Status.MEM_ERROR
 
 
+def test_an_executable_declaring_a_huge_argument_is_refused(seeds):
+    def huge_argument(manifest):
+        manifest["args"][0]["type"]["dims"] = [1 << 40, 4]
+        return manifest
+
+    blob = fuzzing.edit_manifest((seeds / "odla" / "conv_relu.odla").read_bytes(), huge_argument)
+    with pytest.raises(odla.OdlaError) as err:
+        odla.load_executable(blob)
+    assert err.value.status is odla.Status.MEM_ERROR and "'image'" in err.value.message
+
+
 def test_an_initializer_that_does_not_fill_its_dims_is_refused():
     weight = numpy_helper.from_array(np.zeros(5, np.float32), "w")  # onnx checks too little only
     weight.dims[:] = [4]
