@@ -63,7 +63,7 @@ class _Slot:
                                              args=(child, self._setup, self._setup_args))
         self.process.start()
         child.close()
-        self.name, self.started, self.done = None, 0.0, 0
+        self.name, self.started, self.done, self.ready = None, 0.0, 0, False
 
     def submit(self, name: str):
         self.name, self.started = name, time.monotonic()
@@ -81,8 +81,8 @@ def run_isolated(names: list[str], setup: Callable, setup_args: tuple = (), jobs
     """Runs the jobs ``names`` in ``jobs`` workers, each made by ``setup(*setup_args)`` (a
     module-level function: workers are spawned) and restarted after ``recycle_after`` jobs to
     bound memory. Returns each name's result, or a Lost for a job that killed its worker or
-    ran past ``timeout`` seconds, counted from when its worker was ready (a worker's start-up
-    takes seconds, more on a loaded machine). ``progress(name, result)`` is called after each
+    ran past ``timeout`` seconds, counted once its worker is ready (a worker's start-up is not
+    timed: it takes seconds, more on a loaded machine). ``progress(name, result)`` is called after each
     job."""
     context = multiprocessing.get_context("spawn")
     pending = collections.deque(names)
@@ -111,14 +111,14 @@ def run_isolated(names: list[str], setup: Callable, setup_args: tuple = (), jobs
                     try:
                         result = slot.connection.recv()
                         if isinstance(result, str) and result == _READY:
-                            slot.started = time.monotonic()
+                            slot.ready, slot.started = True, time.monotonic()
                         else:
                             finish(slot, result)
                         continue
                     except (EOFError, OSError):
                         slot.process.join()
                         kind, detail = "crash", death_cause(slot.process.exitcode)
-                elif time.monotonic() - slot.started > timeout:
+                elif slot.ready and time.monotonic() - slot.started > timeout:
                     kind, detail = "hang", f"timed out after {timeout:.0f} s"
                 else:
                     continue
