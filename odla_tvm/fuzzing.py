@@ -16,7 +16,6 @@ import dataclasses
 import io
 import json
 import logging
-import os
 import random
 import shutil
 import struct
@@ -154,8 +153,8 @@ def _graph_inputs(model, arrays) -> dict:
 
 
 def build_seeds(directory) -> Path:
-    """Writes every seed to ``directory`` once (kept while odla-tvm's seed version and the
-    TVM that compiled the executables stay the same)."""
+    """Writes every seed to ``directory`` once (kept while the seed version, the TVM and the
+    CPU target stay the same)."""
     import targets
 
     from . import bundle, executable, train_demo, training, tuning
@@ -165,13 +164,17 @@ def build_seeds(directory) -> Path:
     from .types import ComputeMode
 
     root = Path(directory)
+    # Executables and tuning records hold code for this CPU (its LLVM mcpu): other seeds
+    # elsewhere would only test the refusal of foreign code.
     stamp = {"version": _SEEDS_VERSION, "tvm": targets.tvm_version(),
-             "arch": targets.host_cpu().arch}
+             "target": targets.host_cpu().key()}
     manifest_path = root / "seeds.json"
-    if manifest_path.is_file() and json.loads(manifest_path.read_text()) == stamp:
-        return root
-    if root.exists():
-        shutil.rmtree(root)
+    if manifest_path.is_file():
+        if json.loads(manifest_path.read_text()) == stamp:
+            return root
+        shutil.rmtree(root)  # seeds of another machine or version
+    elif root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} holds other files; give an empty or new directory")
     onnx_dir, light_dir = root / "onnx", root / "light"
     for d in (onnx_dir, light_dir, root / "odla", root / "checkpoint"):
         d.mkdir(parents=True)
@@ -181,7 +184,7 @@ def build_seeds(directory) -> Path:
         if (case.op in NODE_OPS and case.op not in chosen and len(case.model.graph.node) == 1
                 and all(isinstance(a, np.ndarray) for a in case.inputs)):
             chosen[case.op] = case
-    for op, case in sorted(chosen.items()):
+    for _op, case in sorted(chosen.items()):
         _save_onnx_seed(onnx_dir, case.name, case.model, _graph_inputs(case.model, case.inputs))
     block = transformer_block()
     x = np.random.default_rng(0).standard_normal((1, 8, 16)).astype(np.float32)
@@ -313,9 +316,8 @@ def _mutate_attribute(model, rng):
     if not node.attribute or rng.random() < 0.25:
         name = rng.choice(("axis", "axes", "perm", "pads", "strides", "kernel_shape", "group",
                            "epsilon", "keepdims", "mode", "to", "k", "dilations"))
-        del_existing = [a for a in node.attribute if a.name == name]
-        for a in del_existing:
-            node.attribute.remove(a)
+        for same in [a for a in node.attribute if a.name == name]:
+            node.attribute.remove(same)
         value = rng.choice([rng.choice(_INTERESTING_INTS), [rng.choice(_INTERESTING_INTS)] * 3,
                             1e30, "nearest"])
         node.attribute.append(helper.make_attribute(name, value))
@@ -696,9 +698,9 @@ def _table(title: str, outcomes: list[Outcome], key) -> list[str]:
     return lines
 
 
-def report(outcomes: list[Outcome], header: str) -> str:
+def report(outcomes: list[Outcome], header: str, command: str = "scripts/fuzz.py") -> str:
     """docs/fuzz.md: totals per format and per mutation, and every non-conforming case with
-    the command that repeats it."""
+    the command that repeats it (``command --case ID``)."""
     bad = [o for o in outcomes if not o.conforming]
     lines = ["# Fuzzing campaign", "", header, "",
              f"**{len(outcomes)} cases: {len(outcomes) - len(bad)} conforming (success or "
@@ -721,5 +723,5 @@ def report(outcomes: list[Outcome], header: str) -> str:
     for o in bad:
         detail = o.detail.strip().splitlines()[0][:300] if o.detail.strip() else ""
         lines.append(f"- `{o.case}` ({o.mutation}), {o.kind}: {detail} — repeat with "
-                     f"`scripts/fuzz.py --case {o.case}`")
+                     f"`{command} --case {o.case}`")
     return "\n".join(lines) + "\n"

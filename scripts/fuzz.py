@@ -18,8 +18,8 @@ import tqdm
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from odla_tvm import __version__, fuzzing
+from targets.runner import cache_dir
 
-DEFAULT_SEEDS = os.path.join(os.path.expanduser("~"), ".cache", "odla-tvm", "fuzz-seeds")
 
 
 def main(argv=None) -> int:
@@ -28,13 +28,14 @@ def main(argv=None) -> int:
     parser.add_argument("--case", help="run this one case in this process and print its outcome")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
-    parser.add_argument("--seeds", default=DEFAULT_SEEDS, help="where the seeds are kept")
+    parser.add_argument("--seeds", help="where the seeds are kept (default: fuzz-seeds in "
+                        "odla-tvm's cache directory); a case repeats exactly with the same seeds")
     parser.add_argument("--output", default=os.path.join("docs", "fuzz.md"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("ODLA_TVM_ENGINE_CACHE", "0")  # nothing written to the user's cache
 
-    seeds = fuzzing.build_seeds(args.seeds)
+    seeds = fuzzing.build_seeds(args.seeds or cache_dir() / "fuzz-seeds")
     if args.case:
         outcome = fuzzing.Runner(seeds)(args.case)
         print(f"{outcome.case} ({outcome.mutation}): {outcome.kind} in {outcome.seconds:.2f} s"
@@ -49,13 +50,14 @@ def main(argv=None) -> int:
                                 outcome.detail[:200])
             bar.update()
         outcomes = fuzzing.run_campaign(names, seeds, args.jobs, args.timeout, progress)
+    command = "scripts/fuzz.py" + (f" --seeds {args.seeds}" if args.seeds else "")
     header = (f"odla-tvm {__version__}, {platform.machine()}, {args.jobs} workers; "
               f"{len(names)} cases in {time.time() - start:.0f} s "
-              f"(`scripts/fuzz.py --cases {args.cases}`).")
+              f"(`{command} --cases {args.cases}`).")
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:
-        f.write(fuzzing.report(outcomes, header))
+        f.write(fuzzing.report(outcomes, header, command))
     bad = [o for o in outcomes if not o.conforming]
     print(f"{len(outcomes)} cases, {len(bad)} not conforming; report: {args.output}")
     return 1 if bad else 0
