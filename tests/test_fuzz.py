@@ -85,6 +85,15 @@ def test_a_model_bigger_than_memory_is_refused_naming_the_tensor():
     with pytest.raises(odla.OdlaError) as err:
         odla.Session.from_onnx(_model((1, 4), weight))
     assert "w" in err.value.message and f"{huge * 16} bytes" in err.value.message
+    # So is a ConstantOfShape of a huge shape (its constant is made at import).
+    shape = numpy_helper.from_array(np.array([huge, 4], np.int64), "s")
+    model = _model((huge, 4), shape)
+    model.graph.node.insert(0, helper.make_node("ConstantOfShape", ["s"], ["c"]))
+    model.graph.node[1].input[:] = ["c", "c"]
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    with pytest.raises(odla.OdlaError) as err:
+        odla.Session.from_onnx(model)
+    assert err.value.status is odla.Status.MEM_ERROR and "'c'" in err.value.message
     # Dims whose product wraps in int64 are counted exactly.
     with pytest.raises(odla.OdlaError) as err:
         odla.Session.from_onnx(_model((1 << 32, 1 << 32)))

@@ -280,6 +280,8 @@ class _Importer:
             except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
                 raise OdlaError(Status.INTERNAL_LOGIC_ERR,
                                 f"{label}: converting failed: {type(err).__name__}: {err}") from err
+            except MemoryError as err:  # a constant it makes is too big for what is free
+                raise OdlaError(Status.MEM_ERROR, f"{label}: {err}") from None
         results = results if isinstance(results, (list, tuple)) else [results]
         derived = None if None in sources else frozenset().union(*sources)
         for name, value in zip(proto.output, results):
