@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import random
+import resource
 import shutil
 import struct
 import tempfile
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from .computation import MEMORY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ NODE_OPS = (
     "Size", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile",
     "TopK", "Transpose", "Unsqueeze", "Where")
 FEED_LIMIT = 64 << 20  # bytes: a mutant declaring bigger inputs is loaded but not run
+WORKER_MEMORY = 8 << 30  # bytes of address space a process running cases may take
 _SEEDS_VERSION = 1
 
 
@@ -417,9 +421,40 @@ def _mutate_opset(model, rng):
                                version=rng.choice([1, 3, 1000]))
 
 
+def _interesting_value(array: np.ndarray, rng) -> np.ndarray:
+    """``array`` with one element set to an edge value of its dtype (a huge or negative
+    index, a huge shape, nan)."""
+    array = np.array(array)  # a writable copy
+    flat = array.reshape(-1)
+    if flat.size == 0:
+        return array
+    if array.dtype.kind in "iu":
+        info = np.iinfo(array.dtype)
+        choices = [v for v in _INTERESTING_INTS + (-2, -(1 << 40), -(1 << 62))
+                   if info.min <= v <= info.max]
+    elif array.dtype.kind == "f":
+        choices = [float("nan"), float("inf"), -float("inf"), 1e30, -1.0]
+    else:
+        choices = [0, 1]
+    flat[rng.randrange(flat.size)] = rng.choice(choices)
+    return array
+
+
+def _mutate_values(model, rng):
+    from onnx import numpy_helper
+
+    tensors = list(model.graph.initializer) + [
+        a.t for n in model.graph.node for a in n.attribute if a.HasField("t")]
+    if not tensors:
+        return
+    tensor = rng.choice(tensors)
+    tensor.CopyFrom(numpy_helper.from_array(
+        _interesting_value(numpy_helper.to_array(tensor), rng), tensor.name))
+
+
 ONNX_MUTATIONS = {"dims": _mutate_dims, "dtype": _mutate_dtype, "attribute": _mutate_attribute,
                   "edge": _mutate_edge, "initializer": _mutate_initializer,
-                  "opset": _mutate_opset}
+                  "opset": _mutate_opset, "values": _mutate_values}
 
 
 # -- running one case --------------------------------------------------------------------------
@@ -513,10 +548,14 @@ class Runner:
         if family == "bytes":
             kind, blob = mutate_bytes(blob, rng)
         else:
-            model = onnx.ModelProto.FromString(blob)
-            kind = rng.choice(sorted(ONNX_MUTATIONS))
-            ONNX_MUTATIONS[kind](model, rng)
-            blob = model.SerializeToString()
+            kind = rng.choice(sorted(ONNX_MUTATIONS) + ["feed"])
+            if kind == "feed":  # the model as it is, one element of its data at an edge
+                name = rng.choice(sorted(given))
+                given[name] = _interesting_value(given[name], rng)
+            else:
+                model = onnx.ModelProto.FromString(blob)
+                ONNX_MUTATIONS[kind](model, rng)
+                blob = model.SerializeToString()
 
         def load():
             session = Session.from_onnx(blob, engine_cache=False)
@@ -629,6 +668,15 @@ def edit_manifest(blob: bytes, edit) -> bytes:
     return header.pack(magic, version, len(text)) + text + blob[body:]
 
 
+def worker(seed_dir) -> Runner:
+    """A Runner for a process that runs cases and nothing else: its address space is capped,
+    since a mutant may ask for gigabytes it is entitled to (a shape within the machine's
+    memory), and it should fail in this process rather than squeeze the machine."""
+    limit = min(WORKER_MEMORY, MEMORY_BYTES // 2)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    return Runner(seed_dir)
+
+
 def _mutated_checkpoint(blob: bytes, rng: random.Random) -> tuple[str, bytes]:
     """A checkpoint with one change to its manifest or to one of its arrays."""
     with np.load(io.BytesIO(blob)) as archive:
@@ -676,7 +724,7 @@ def run_campaign(names: list[str], seed_dir, jobs: int = 2, timeout: float = 120
         if progress:
             progress(done[name])
 
-    isolation.run_isolated(names, Runner, (str(seed_dir),), jobs, timeout, recycle_after=400,
+    isolation.run_isolated(names, worker, (str(seed_dir),), jobs, timeout, recycle_after=400,
                            progress=finished)
     return [done[n] for n in names]
 

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
 
     seeds = fuzzing.build_seeds(args.seeds or cache_dir() / "fuzz-seeds")
     if args.case:
-        outcome = fuzzing.Runner(seeds)(args.case)
+        outcome = fuzzing.worker(seeds)(args.case)  # as in a campaign's worker
         print(f"{outcome.case} ({outcome.mutation}): {outcome.kind} in {outcome.seconds:.2f} s"
               f"\n{outcome.detail}")
         return 0 if outcome.conforming else 1
