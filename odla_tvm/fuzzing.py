@@ -426,17 +426,17 @@ def _interesting_value(array: np.ndarray, rng) -> np.ndarray:
     index, a huge shape, nan)."""
     array = np.array(array)  # a writable copy
     flat = array.reshape(-1)
-    if flat.size == 0:
+    if flat.size == 0 or array.dtype.kind in "OSU":
         return array
     if array.dtype.kind in "iu":
         info = np.iinfo(array.dtype)
         choices = [v for v in _INTERESTING_INTS + (-2, -(1 << 40), -(1 << 62))
                    if info.min <= v <= info.max]
-    elif array.dtype.kind == "f":
+    elif array.dtype.kind == "b":
+        choices = [True, False]
+    else:  # floats, bfloat16 and the other ml_dtypes
         choices = [float("nan"), float("inf"), -float("inf"), 1e30, -1.0]
-    else:
-        choices = [0, 1]
-    flat[rng.randrange(flat.size)] = rng.choice(choices)
+    flat[rng.randrange(flat.size)] = np.array(rng.choice(choices)).astype(array.dtype)
     return array
 
 
