@@ -470,7 +470,8 @@ def _feeds(args, given: dict, rng: np.random.Generator) -> dict | None:
             feeds[value.id] = data
             continue
         dims = tuple(2 if d < 0 else d for d in value.shape.dims)
-        if int(np.prod(dims, dtype=object)) * dtype.itemsize > FEED_LIMIT:
+        # Each dim too: numpy refuses (0, 1 << 62) though it holds nothing.
+        if max(dims + (int(np.prod(dims, dtype=object)),)) * dtype.itemsize > FEED_LIMIT:
             return None
         if dtype.kind in "iub":
             feeds[value.id] = rng.integers(0, 3, dims).astype(dtype)

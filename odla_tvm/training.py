@@ -395,7 +395,7 @@ def load_checkpoint(location, computation: Computation) -> None:
         optimizer_state = [arrays[f"s{i}"] for i in range(manifest["optimizer_state"])]
         variable_data = [arrays[f"v{i}"] for i in range(len(stored))]
         optimizer = _hyperparameters(manifest["optimizer"], manifest["hyperparameters"])
-        key = manifest["optimizer_state_key"]
+        key, loss_id = manifest["optimizer_state_key"], manifest["loss"]
         if key is not None and not all(isinstance(k, str) for k in key):
             raise ValueError(f"optimizer_state_key {key!r}; expected value ids")
     except Exception as err:  # noqa: BLE001 (a damaged file fails in many ways)
@@ -411,7 +411,7 @@ def load_checkpoint(location, computation: Computation) -> None:
     # everything is checked before anything changes
     variable_data = [checked_array(data, v.type, f"checkpoint data of variable {v.id!r}")
                      for v, data in zip(comp.variables, variable_data)]
-    loss = None if manifest["loss"] is None else comp.find_value(manifest["loss"])
+    loss = None if loss_id is None else comp.find_value(loss_id)
     if loss is not None:
         differentiate_computation(comp, loss)
     state = _state(comp)

@@ -277,7 +277,8 @@ class _Importer:
                 raise InputDataNeeded(err.input_ids, f"{label}: {err.message}") from None
             except OdlaError as err:
                 raise OdlaError(err.status, f"{label}: {err.message}") from err
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                    ArithmeticError) as err:  # ArithmeticError: an axis of a scalar, say
                 raise OdlaError(Status.INTERNAL_LOGIC_ERR,
                                 f"{label}: converting failed: {type(err).__name__}: {err}") from err
             except MemoryError as err:  # a constant it makes is too big for what is free
