@@ -399,8 +399,8 @@ def load_checkpoint(location, computation: Computation) -> None:
         if key is not None and not all(isinstance(k, str) for k in key):
             raise ValueError(f"optimizer_state_key {key!r}; expected value ids")
     except Exception as err:  # noqa: BLE001 (a damaged file fails in many ways)
-        raise OdlaError(Status.INVALID_PARAM,
-                        f"{path!r} is not a valid odla-tvm checkpoint: {err}") from None
+        raise OdlaError(Status.INVALID_PARAM, f"{path!r} is not a valid odla-tvm checkpoint: "
+                        f"{type(err).__name__}: {err}") from None
     expected = [(v.id, v.type) for v in comp.variables]
     if stored != expected:
         raise OdlaError(
