@@ -206,17 +206,24 @@ def load_bundle(path, device: Device | None = None) -> Executable:
             f"expected {BUNDLE_FORMAT!r}",
         )
     device = check_compatible(manifest, device, f"bundle {root}")
-    for name, digest in manifest.get("files", {}).items():
-        file = root / name
-        if not file.is_file():
-            raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
-        if _sha256(file) != digest:
-            raise OdlaError(
-                Status.INVALID_PARAM,
-                f"bundle file {name} was altered: its sha256 differs from the manifest's",
-            )
-    if LIBRARY not in manifest.get("files", {}):
-        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
-    module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index)
-    variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
-    return executable_from_manifest(module, device, manifest, variables)
+    try:
+        files = manifest.get("files", {})
+        for name, digest in files.items():
+            file = root / name
+            if not file.is_file():
+                raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
+            if _sha256(file) != digest:
+                raise OdlaError(
+                    Status.INVALID_PARAM,
+                    f"bundle file {name} was altered: its sha256 differs from the manifest's",
+                )
+        if LIBRARY not in files:
+            raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
+        module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index)
+        variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
+        return executable_from_manifest(module, device, manifest, variables)
+    except OdlaError:
+        raise
+    except Exception as err:  # noqa: BLE001 (an altered manifest fails in many ways)
+        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not describe a loadable "
+                        f"bundle: {type(err).__name__}: {err}") from None

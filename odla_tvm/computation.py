@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import os
 import threading
 
 import numpy as np
@@ -164,6 +165,7 @@ class Computation:
         return value_id
 
     def _add(self, value: Value) -> Value:
+        check_fits_in_memory(value.id, value.type)
         self._values[value.id] = value
         self.revision += 1
         return value
@@ -198,6 +200,7 @@ class Computation:
                 f"variable shape {value_type.shape.dims} has a dynamic dim; expected a static shape",
             )
         value_id = self._new_id(value_id, "var")
+        check_fits_in_memory(value_id, value_type)  # before its data is allocated
         handle = self._graph.input(value_id, value_type.shape.dims, str(value_type.dtype))
         data = np.zeros(value_type.shape.dims, value_type.dtype)
         value = self._add(Value(value_id, value_type, ValueKind.VARIABLE, self, handle, data))
@@ -399,6 +402,23 @@ class Computation:
         if bf16 is Bf16Mode.DISABLE:
             return None
         return "bf16-performance" if bf16 is Bf16Mode.PERFORMACE_MODE else "bf16-accuracy"
+
+
+MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_in_memory(value_id: str, value_type: ValueType) -> None:
+    """Refuses a value of static shape larger than this machine's memory, so that a model
+    declaring a huge dim fails when it is defined, not when its memory runs out."""
+    if value_type.shape.is_dynamic:
+        return
+    size = value_type.shape.element_count() * value_type.dtype.itemsize
+    if size > MEMORY_BYTES:
+        raise OdlaError(
+            Status.MEM_ERROR,
+            f"value {value_id!r} of type {value_type} needs {size} bytes; this machine has "
+            f"{MEMORY_BYTES} bytes of memory",
+        )
 
 
 def _check_output_dims(op_name, value_id, given: ValueShape, inferred: ValueShape):

@@ -14,7 +14,7 @@ import numpy as np
 import targets
 
 from . import profiler
-from .computation import Computation, Value, ValueKind, _computation, _index
+from .computation import Computation, Value, ValueKind, _computation, _index, check_fits_in_memory
 from .context import Context, _context
 from .device import Device, checked_device
 from .tuning import cache_dir_of
@@ -354,6 +354,9 @@ def check_compatible(manifest: dict, device: Device | None, what: str) -> Device
         arch, tvm_version, key = manifest["arch"], manifest["tvm_version"], manifest["target_key"]
     except (KeyError, TypeError):
         raise _corrupt("its manifest lacks arch, tvm_version or target_key") from None
+    if not all(isinstance(v, str) for v in (arch, tvm_version, key)):
+        raise _corrupt(f"its manifest gives arch {arch!r}, tvm_version {tvm_version!r} and "
+                       f"target_key {key!r}; expected strings")
     if arch != machine:
         raise OdlaError(
             Status.UNSUPPORTED_DEVICE_TYPE,
@@ -387,7 +390,11 @@ def executable_from_manifest(module, device: Device, manifest: dict, variables: 
 
 
 def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:
-    return Value(slot["id"], ValueType.from_dict(slot["type"]), kind, None, None, data)
+    if not isinstance(slot["id"], str):
+        raise TypeError(f"value id {slot['id']!r} is not a string")
+    value_type = ValueType.from_dict(slot["type"])
+    check_fits_in_memory(slot["id"], value_type)
+    return Value(slot["id"], value_type, kind, None, None, data)
 
 
 def _parse(blob: bytes) -> tuple[dict, dict[str, bytes]]:
@@ -406,10 +413,13 @@ def _parse(blob: bytes) -> tuple[dict, dict[str, bytes]]:
         raise _corrupt("its manifest is truncated or unreadable") from None
     sections = {}
     for name in ("library", "variables"):
-        entry = layout.get(name) or {}
-        start, size = body + int(entry.get("offset", -1)), int(entry.get("size", -1))
-        chunk = blob[start:start + size]
-        if entry.get("offset", -1) < 0 or len(chunk) != size:
+        entry = layout.get(name) if isinstance(layout, dict) else None
+        offset, size = (entry.get("offset"), entry.get("size")) if isinstance(entry, dict) else (None, None)
+        if not (type(offset) is int and type(size) is int and offset >= 0 and size >= 0):
+            raise _corrupt(f"its manifest gives section {name!r} offset {offset!r} and size "
+                           f"{size!r}; expected byte counts")
+        chunk = blob[body + offset:body + offset + size]
+        if len(chunk) != size:
             raise _corrupt(f"section {name!r} is truncated ({len(chunk)} of {size} bytes)")
         if hashlib.sha256(chunk).hexdigest() != entry.get("sha256"):
             raise _corrupt(f"section {name!r} fails its sha256 checksum (altered or damaged)")

@@ -394,9 +394,13 @@ def load_checkpoint(location, computation: Computation) -> None:
             raise ValueError(f"format {manifest['format']}; this odla-tvm reads {_CHECKPOINT_FORMAT}")
         optimizer_state = [arrays[f"s{i}"] for i in range(manifest["optimizer_state"])]
         variable_data = [arrays[f"v{i}"] for i in range(len(stored))]
+        optimizer = _hyperparameters(manifest["optimizer"], manifest["hyperparameters"])
+        key, loss_id = manifest["optimizer_state_key"], manifest["loss"]
+        if key is not None and not all(isinstance(k, str) for k in key):
+            raise ValueError(f"optimizer_state_key {key!r}; expected value ids")
     except Exception as err:  # noqa: BLE001 (a damaged file fails in many ways)
-        raise OdlaError(Status.INVALID_PARAM,
-                        f"{path!r} is not a valid odla-tvm checkpoint: {err}") from None
+        raise OdlaError(Status.INVALID_PARAM, f"{path!r} is not a valid odla-tvm checkpoint: "
+                        f"{type(err).__name__}: {err}") from None
     expected = [(v.id, v.type) for v in comp.variables]
     if stored != expected:
         raise OdlaError(
@@ -407,15 +411,13 @@ def load_checkpoint(location, computation: Computation) -> None:
     # everything is checked before anything changes
     variable_data = [checked_array(data, v.type, f"checkpoint data of variable {v.id!r}")
                      for v, data in zip(comp.variables, variable_data)]
-    optimizer = _hyperparameters(manifest["optimizer"], manifest["hyperparameters"])
-    loss = None if manifest["loss"] is None else comp.find_value(manifest["loss"])
+    loss = None if loss_id is None else comp.find_value(loss_id)
     if loss is not None:
         differentiate_computation(comp, loss)
     state = _state(comp)
     state.optimizer, state.hyperparameters = optimizer
     for value, data in zip(comp.variables, variable_data):
         value.data = data
-    key = manifest["optimizer_state_key"]
     state.restored_state = None if key is None else ((state.optimizer, tuple(key)), optimizer_state)
     if state.device_copy is not None:
         state.device_copy.state_key = None  # the restored (or a fresh) state takes over next step

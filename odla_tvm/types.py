@@ -6,6 +6,7 @@ Enum members keep ODLA's names (without the ``ODLA_`` prefix) and numeric values
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -350,7 +351,7 @@ class ValueShape:
         return any(d == -1 for d in self.dims)
 
     def element_count(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64))
+        return math.prod(self.dims)  # exact: int64 would wrap for huge dims
 
     def matches(self, concrete: tuple[int, ...]) -> bool:
         """Whether a concrete shape fits this one, a -1 dim accepting any size."""

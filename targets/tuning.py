@@ -113,6 +113,7 @@ class TuningDatabase:
         stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in files)
         loaded = _loaded.get(self.directory)
         if loaded is None or loaded[0] != stamp:
+            _check_records(*self._tables(), self.directory)
             loaded = _loaded[self.directory] = (stamp, ms.database.JSONDatabase(
                 str(files[0]), str(files[1]), allow_missing=False))
         return loaded[1]
@@ -192,6 +193,30 @@ class TuningDatabase:
         with open(self.directory / _RECORDS) as f:
             lines = [line.rstrip("\n") for line in f if line.strip()]
         return hashes, lines
+
+
+def _check_records(hashes: list, lines: list[str], directory: Path) -> None:
+    """Raises ValueError for a record TVM's parser would crash on (it dereferences a null
+    in a trace, for one): each is [workload index, [[instructions, decisions], run times,
+    target, argument info]] with no null in its trace."""
+    def has_null(node) -> bool:
+        return node is None or isinstance(node, list) and any(has_null(n) for n in node)
+
+    for number, line in enumerate(lines):
+        try:
+            workload, (trace, run_secs, *_rest) = json.loads(line)
+            instructions, decisions = trace
+            well_formed = (
+                type(workload) is int and 0 <= workload < len(hashes)
+                and isinstance(run_secs, list) and not has_null(trace)
+                and all(isinstance(i, list) and len(i) == 4 and isinstance(i[0], str)
+                        and all(isinstance(part, list) for part in i[1:]) for i in instructions)
+                and all(isinstance(d, list) and len(d) == 2 and type(d[0]) is int
+                        for d in decisions))
+        except (ValueError, TypeError):
+            well_formed = False
+        if not well_formed:
+            raise ValueError(f"tuning record {number} in {directory / _RECORDS} is damaged")
 
 
 def _run_seconds(run_secs: list) -> float:

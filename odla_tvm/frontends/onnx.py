@@ -25,7 +25,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from .. import computation as _computation
-from ..computation import Computation, Value, ValueKind
+from ..computation import Computation, Value, ValueKind, check_fits_in_memory
 from ..ops.process import cast
 from ..types import OdlaError, Status, ValueType, element_type_of
 from .onnx_converters.registry import (
@@ -74,7 +74,7 @@ def load_model(model) -> onnx.ModelProto:
                         "truncated)")
     try:
         onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as err:
+    except (onnx.checker.ValidationError, ValueError) as err:  # ValueError: text not UTF-8
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
         raise OdlaError(Status.INVALID_PARAM, f"the ONNX model is invalid: {first_line}") from None
     proto = onnx.inliner.inline_local_functions(proto) if proto.functions else proto
@@ -198,7 +198,7 @@ class _Importer:
     def run(self) -> None:
         initializers = {t.name for t in self.graph.initializer}
         for tensor in self.graph.initializer:
-            self.values[tensor.name] = self._constant(numpy_helper.to_array(tensor), tensor.name)
+            self.values[tensor.name] = self._constant(_initializer_data(tensor), tensor.name)
         for info in self.graph.input:
             if info.name in self.input_data:
                 self.values[info.name] = self._input_constant(info)
@@ -235,6 +235,9 @@ class _Importer:
     def _output(self, name: str) -> Value:
         """The value of graph output ``name`` under that id: an input, a constant or a value
         that is already an output is copied by a cast to its own type."""
+        if name not in self.values:
+            raise OdlaError(Status.INVALID_PARAM, f"graph output {name!r} is not produced by any "
+                            "node, graph input or initializer")
         value = self.values[name]
         if value.id != name or value.kind is not ValueKind.RESULT:
             value = cast(value, value.element_type, name)
@@ -274,9 +277,12 @@ class _Importer:
                 raise InputDataNeeded(err.input_ids, f"{label}: {err.message}") from None
             except OdlaError as err:
                 raise OdlaError(err.status, f"{label}: {err.message}") from err
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                    ArithmeticError) as err:  # ArithmeticError: an axis of a scalar, say
                 raise OdlaError(Status.INTERNAL_LOGIC_ERR,
                                 f"{label}: converting failed: {type(err).__name__}: {err}") from err
+            except MemoryError as err:  # a constant it makes is too big for what is free
+                raise OdlaError(Status.MEM_ERROR, f"{label}: {err}") from None
         results = results if isinstance(results, (list, tuple)) else [results]
         derived = None if None in sources else frozenset().union(*sources)
         for name, value in zip(proto.output, results):
@@ -294,7 +300,7 @@ class _Importer:
         self.values = dict(enclosing)
         try:
             for tensor in graph.initializer:
-                self.values[tensor.name] = self._constant(numpy_helper.to_array(tensor), None)
+                self.values[tensor.name] = self._constant(_initializer_data(tensor), None)
             for info, value in zip(graph.input, inputs):
                 self.values[info.name] = value
                 self.sources[info.name] = None  # a loop's state differs per iteration
@@ -323,6 +329,21 @@ class _Importer:
         except Exception as err:  # noqa: BLE001 (the reference may lack the op or this case)
             logger.debug("not folding %s %s: %s", proto.op_type, proto.name, err)
             return None
+
+
+def _initializer_data(tensor: onnx.TensorProto) -> np.ndarray:
+    """An initializer's data; one too big for this machine is refused before any of it is
+    read, one whose data does not fill its dims is refused as malformed."""
+    try:
+        value_type = ValueType(element_type(tensor.data_type), tuple(tensor.dims))
+    except OdlaError as err:
+        raise OdlaError(err.status, f"initializer {tensor.name!r}: {err.message}") from None
+    check_fits_in_memory(tensor.name, value_type)
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, OSError) as err:
+        raise OdlaError(Status.INVALID_PARAM, f"initializer {tensor.name!r} of type {value_type} "
+                        f"does not hold data of that type and shape: {err}") from None
 
 
 def _constant_data(value: Value) -> np.ndarray | None:

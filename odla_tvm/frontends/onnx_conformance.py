@@ -1,8 +1,8 @@
 """ONNX conformance: onnx's node test cases and light models run through the ONNX backend
 (import, compile, run) and checked against their reference outputs.
 
-Each case runs in a worker process with a time limit, so a case that hangs or crashes the
-process counts as one failure with its cause. ``scripts/conformance.py`` runs them all and
+Each case runs in a worker process with a time limit (odla_tvm.isolation), so a case that
+hangs or crashes the process counts as one failure with its cause. ``scripts/conformance.py`` runs them all and
 writes docs/conformance.md; the tests run a subset through the same code.
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import multiprocessing
 import os
 import re
 import time
-from multiprocessing.connection import wait
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from .. import isolation
 
 LIGHT_PREFIX = "onnx/backend/test/data/light/"
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
@@ -181,38 +181,10 @@ def run_case(case: Case, device: str = "CPU") -> Result:
 
 # -- running many cases, each in a worker process ----------------------------------------------
 
-def _worker(connection, device: str) -> None:
+def _case_runner(device: str):
+    """In a worker: runs cases by name."""
     cases = {c.name: c for c in all_cases()}
-    while True:
-        name = connection.recv()
-        if name is None:
-            return
-        connection.send(run_case(cases[name], device))
-
-
-class _Slot:
-    """One worker process and the case it is running."""
-
-    def __init__(self, context, device):
-        self._context, self._device = context, device
-        self.start_worker()
-
-    def start_worker(self):
-        self.connection, child = self._context.Pipe()
-        self.process = self._context.Process(target=_worker, args=(child, self._device),
-                                             daemon=True)
-        self.process.start()
-        child.close()
-        self.case, self.started, self.done = None, 0.0, 0
-
-    def submit(self, case: Case):
-        self.case, self.started = case, time.monotonic()
-        self.connection.send(case.name)
-
-    def stop(self):
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
+    return lambda name: run_case(cases[name], device)
 
 
 def run_cases(cases: list[Case], jobs: int = 2, timeout: float = 300.0, device: str = "CPU",
@@ -220,51 +192,19 @@ def run_cases(cases: list[Case], jobs: int = 2, timeout: float = 300.0, device: 
     """Runs ``cases`` in ``jobs`` worker processes (restarted after ``recycle_after`` cases to
     bound memory); a case running past ``timeout`` seconds or killing its worker fails.
     ``progress(result)`` is called after each case."""
-    context = multiprocessing.get_context("spawn")
-    pending = collections.deque(cases)
-    slots = [_Slot(context, device) for _ in range(max(1, min(jobs, len(cases))))]
-    results: dict[str, Result] = {}
+    by_name = {c.name: c for c in cases}
 
-    def finish(slot, result):
-        results[result.name] = result
-        slot.case = None
-        slot.done += 1
-        if progress:
-            progress(result)
+    def result_of(name, outcome):
+        if isinstance(outcome, isolation.Lost):
+            case = by_name[name]
+            return Result(name, case.kind, case.op, False, outcome.detail, outcome.detail,
+                          outcome.seconds)
+        return outcome
 
-    try:
-        while pending or any(s.case for s in slots):
-            for slot in slots:
-                if slot.case is None and pending:
-                    if slot.done >= recycle_after:
-                        slot.stop()
-                        slot.start_worker()
-                    slot.submit(pending.popleft())
-            busy = [s for s in slots if s.case]
-            ready = wait([s.connection for s in busy], timeout=1.0)
-            for slot in busy:
-                case = slot.case
-                if slot.connection in ready:
-                    try:
-                        finish(slot, slot.connection.recv())
-                        continue
-                    except (EOFError, OSError):
-                        slot.process.join()
-                        cause = f"worker process died (exit code {slot.process.exitcode})"
-                elif time.monotonic() - slot.started > timeout:
-                    cause = f"timed out after {timeout:.0f} s"
-                else:
-                    continue
-                finish(slot, Result(case.name, case.kind, case.op, False, cause, cause,
-                                    time.monotonic() - slot.started))
-                slot.stop()
-                slot.start_worker()
-    finally:
-        for slot in slots:
-            if slot.process.is_alive():
-                slot.connection.send(None)
-            slot.stop()
-    return [results[c.name] for c in cases]
+    results = isolation.run_isolated(
+        list(by_name), _case_runner, (device,), jobs, timeout, recycle_after,
+        progress and (lambda name, outcome: progress(result_of(name, outcome))))
+    return [result_of(c.name, results[c.name]) for c in cases]
 
 
 # -- the report --------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from onnx import numpy_helper
 
 import odla_tvm as odla
 
-from ...types import numpy_dtype
+from ...computation import check_fits_in_memory
+from ...types import ValueType, element_type_of, numpy_dtype
 from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
 
 # -- data and names ----------------------------------------------------------------------------
@@ -37,6 +38,7 @@ def constant_of_shape(node: Node):
     value = node.attr("value")
     fill = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
     shape = [int(d) for d in node.array(0)]
+    check_fits_in_memory(node.id, ValueType(element_type_of(fill.dtype), shape))
     return node.constant_output(np.full(shape, fill.reshape(-1)[0], fill.dtype))
 
 

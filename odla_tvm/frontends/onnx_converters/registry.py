@@ -74,12 +74,16 @@ class InputDataNeeded(Unsupported):
         self.input_ids = input_ids
 
 
+_ONNX_TYPES = frozenset(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+
+
 def element_type(onnx_type: int) -> ElementType:
     """The ODLA element type of an ONNX TensorProto data type."""
     try:
         return element_type_of(helper.tensor_dtype_to_np_dtype(onnx_type))
     except (KeyError, ValueError, TypeError, OdlaError):
-        name = helper.tensor_dtype_to_string(onnx_type) if onnx_type else "UNDEFINED"
+        name = helper.tensor_dtype_to_string(onnx_type) if onnx_type in _ONNX_TYPES else \
+            f"{onnx_type} (no such type)" if onnx_type else "UNDEFINED"
         raise OdlaError(Status.UNSUPPORTED_DATATYPE,
                         f"ONNX type {name} has no ODLA element type") from None
 
