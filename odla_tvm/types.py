@@ -254,12 +254,13 @@ class OdlaError(Exception):
 
 
 def run_failure(err: Exception, what: str) -> OdlaError:
-    """The OdlaError for a compiled run that raised ``err``: an index in the caller's data
-    that a kernel refused (relay_bridge.IndexOutOfRange) is INVALID_PARAM; anything else is
-    a FAILURE of ``what``."""
-    refused = relay_bridge.IndexOutOfRange.message_in(err)
-    if refused is not None:
-        return OdlaError(Status.INVALID_PARAM, refused)
+    """The OdlaError for a compiled run that raised ``err``: the caller's data that a check
+    refused (an index out of range, an integer divisor of zero) is INVALID_PARAM; anything
+    else is a FAILURE of ``what``."""
+    for refusal in (relay_bridge.IndexOutOfRange, relay_bridge.DivisionByZero):
+        refused = refusal.message_in(err)
+        if refused is not None:
+            return OdlaError(Status.INVALID_PARAM, refused)
     return OdlaError(Status.FAILURE, f"{what}: {err}")
 
 

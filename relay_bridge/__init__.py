@@ -5,13 +5,14 @@ this package knows nothing of devices, targets or files.
 """
 
 from .custom_ops import register_custom_op
-from .errors import IndexOutOfRange, LoweringError
+from .errors import DivisionByZero, IndexOutOfRange, LoweringError
 from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
 
 __all__ = [
     "DYNAMIC_DIM",
+    "DivisionByZero",
     "GraphBuilder",
     "IndexOutOfRange",
     "LoweringError",

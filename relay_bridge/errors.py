@@ -8,8 +8,36 @@ class LoweringError(ValueError):
     names the op, the offending value, what was expected and what was given."""
 
 
+class _RefusedData:
+    """A check in compiled code refused run-time data; ``_FORM`` finds its message."""
+
+    _FORM: re.Pattern
+
+    @classmethod
+    def message_in(cls, err: BaseException) -> str | None:
+        """The message of such an error that ``err`` is or carries: TVM's thread pool
+        re-raises a parallel kernel's error as a RuntimeError("Task N error: ...") that keeps
+        only its text."""
+        if isinstance(err, cls):
+            return str(err)
+        found = cls._FORM.search(str(err).split("error: ", 1)[-1])
+        return found.group(0) if found else None
+
+
 @tvm_ffi.register_error
-class IndexOutOfRange(IndexError):
+class DivisionByZero(_RefusedData, ArithmeticError):
+    """An integer division found a zero divisor in run-time data; it stopped before the
+    division (which kills the process with SIGFPE)."""
+
+    _FORM = re.compile(r"\S.* divides by zero \(element \d+ of the divisor\)")
+
+    @classmethod
+    def of(cls, what: str, position: int) -> "DivisionByZero":
+        return cls(f"{what} divides by zero (element {position} of the divisor)")
+
+
+@tvm_ffi.register_error
+class IndexOutOfRange(_RefusedData, IndexError):
     """A kernel found an index, read from run-time data, outside the tensor it addresses; it
     stopped before reading or writing there. Registered with TVM's FFI so that the error keeps
     its type through the compiled code that raises it."""
@@ -25,13 +53,3 @@ class IndexOutOfRange(IndexError):
         FFI rebuilds the error from its message.)"""
         return cls(f"{what}: index {index} (element {position} of the indices) is out of "
                    f"range; expected {-size if negative else 0} to {size - 1}")
-
-    @classmethod
-    def message_in(cls, err: BaseException) -> str | None:
-        """The message of an IndexOutOfRange that ``err`` is or carries: TVM's thread pool
-        re-raises a parallel kernel's error as a RuntimeError("Task N error: ...") that keeps
-        only its text."""
-        if isinstance(err, cls):
-            return str(err)
-        found = cls._FORM.search(str(err).split("error: ", 1)[-1])
-        return found.group(0) if found else None

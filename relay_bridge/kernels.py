@@ -18,7 +18,7 @@ import tvm
 from tvm import te, tirx, topi
 from tvm.script import tirx as T
 
-from .errors import IndexOutOfRange
+from .errors import DivisionByZero, IndexOutOfRange
 
 
 def select_by(values: list, position):
@@ -96,6 +96,24 @@ def check_indices(count, indices, what: str, negative: bool, *sizes: int):
         size = int(sizes[position % len(sizes)]) if len(sizes) > 1 else int(sizes[0])
         raise IndexOutOfRange.of(what, position, int(found.flat[position]), size, negative)
     return tvm.runtime.tensor(np.zeros(1, np.int64), count.device)
+
+
+def zero_count(x: te.Tensor) -> te.Tensor:
+    """How many elements of ``x`` are 0, as a 1-element int64 tensor."""
+    if not x.shape:
+        return te.compute((1,), lambda _: tirx.Cast("int64", x() == 0), name="zeros")
+    axes = [te.reduce_axis((0, dim)) for dim in x.shape]
+    return te.compute((1,), lambda _: te.sum(tirx.Cast("int64", x(*axes) == 0), axis=axes),
+                      name="zeros")
+
+
+@tvm.register_global_func("odla_tvm.check_divisor")
+def check_divisor(count, divisor, what: str):
+    """Raises DivisionByZero naming the first zero of ``divisor`` when zero_count found any;
+    else a fresh zero, which the division's divisor adds to run after this."""
+    if int(count.numpy()[0]):
+        raise DivisionByZero.of(what, int(np.flatnonzero(divisor.numpy() == 0)[0]))
+    return tvm.runtime.tensor(np.zeros((), divisor.dtype), count.device)
 
 
 def strided_gather(x: te.Tensor, start: te.Tensor, stride: te.Tensor, sizes: list) -> te.Tensor:

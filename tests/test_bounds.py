@@ -184,3 +184,29 @@ def test_roi_batch_index_outside_the_batch_is_refused(op):
         message = str(err.value)
         assert "'y'" in message and "batch indices" in message and "expected 0 to 1" in message
         assert f"index {int(np.float32(batch))}" in message
+
+
+@pytest.mark.parametrize("op", ["Div", "Mod", "Reciprocal"])
+def test_integer_division_by_zero_is_refused(op):
+    """An integer division by a zero read at run time kills a process with SIGFPE: it fails
+    the run with OdlaError instead, naming the op and the element; other divisors match
+    NumPy."""
+    unary = op == "Reciprocal"
+    inputs = [helper.make_tensor_value_info("a", TensorProto.INT32, [4])]
+    if not unary:
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.INT32, [4]))
+    node = helper.make_node(op, ["a"] if unary else ["a", "b"], ["y"],
+                            **({"fmod": 0} if op == "Mod" else {}))
+    graph = helper.make_graph([node], op, inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [4])])
+    session = odla.Session.from_onnx(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)]))
+    a, b = np.array([7, -7, 9, 1], np.int32), np.array([2, 3, -4, 1], np.int32)
+    feeds = {"a": b} if unary else {"a": a, "b": b}
+    want = {"Div": np.trunc(a / b), "Mod": np.mod(a, b), "Reciprocal": np.trunc(1 / b)}[op]
+    np.testing.assert_array_equal(session.run(feeds)[0], want.astype(np.int32))
+    zero = np.array([2, 3, 0, 1], np.int32)
+    with pytest.raises(odla.OdlaError) as err:
+        session.run({"a": zero} if unary else {"a": a, "b": zero})
+    assert err.value.status == Status.INVALID_PARAM
+    assert f"{op} 'y' divides by zero (element 2 of the divisor)" in str(err.value)

@@ -9,7 +9,7 @@ from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
-from ..kernels import determinant_kernel, inverse_kernel
+from ..kernels import determinant_kernel, inverse_kernel, zero_count
 from ..registry import register
 from .common import (
     accumulation_dtype,
@@ -30,8 +30,7 @@ _UNARY = {
     "Sqrt": R.sqrt, "Tan": R.tan, "Tanh": R.tanh,
 }
 _BINARY = {
-    "Add": R.add, "Sub": R.subtract, "Mul": R.multiply, "Div": R.divide,
-    "Max": R.maximum, "Min": R.minimum,
+    "Add": R.add, "Sub": R.subtract, "Mul": R.multiply, "Max": R.maximum, "Min": R.minimum,
 }
 _COMPARE = {
     "Equal": R.equal, "NotEqual": R.not_equal, "Greater": R.greater,
@@ -76,6 +75,25 @@ for _name, _op in _LOGICAL.items():
     register(_name)(_logical(_op))
 
 
+def _nonzero_divisor(emit, divisor, op: str):
+    """An integer ``divisor`` once checked to hold no 0 (an integer division by zero kills
+    the process with SIGFPE): the run fails with DivisionByZero naming ``op`` and its value
+    otherwise. Floats divide by zero to inf or NaN, as IEEE says: unchecked."""
+    if is_float(divisor):
+        return divisor
+    dtype = str(divisor.ty.dtype)
+    verdict = emit(relax.call_pure_packed(
+        "odla_tvm.check_divisor", emit.te(zero_count, divisor), divisor,
+        f"{op} {emit.value_id!r}", ty_args=relax.TensorType((), dtype)))
+    return emit(R.add(divisor, verdict))  # a zero: orders the division after the check
+
+
+@register("Div")
+def div(emit, lhs, rhs):
+    check_same_dtype(lhs, rhs)
+    return R.divide(lhs, _nonzero_divisor(emit, rhs, "Div"))
+
+
 @register("Not")
 def not_(emit, x):
     return R.logical_not(x) if x.ty.dtype == "bool" else R.equal(x, relax.const(0, str(x.ty.dtype)))
@@ -97,7 +115,7 @@ def round_(emit, x):
 
 @register("Reciprocal")
 def reciprocal(emit, x):
-    return R.divide(relax.const(1, str(x.ty.dtype)), x)
+    return R.divide(relax.const(1, str(x.ty.dtype)), _nonzero_divisor(emit, x, "Reciprocal"))
 
 
 @register("SquaredDifference")
@@ -122,6 +140,7 @@ def pow_(emit, lhs, rhs):
 def mod(emit, lhs, rhs, *, fmod):
     check_same_dtype(lhs, rhs)
     # Relax's mod truncates (C's fmod); floor_mod takes the divisor's sign.
+    rhs = _nonzero_divisor(emit, rhs, "Mod")
     if fmod:
         return R.mod(lhs, rhs)
     if not is_float(lhs):
