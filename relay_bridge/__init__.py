@@ -5,7 +5,7 @@ this package knows nothing of devices, targets or files.
 """
 
 from .custom_ops import register_custom_op
-from .errors import DivisionByZero, IndexOutOfRange, LoweringError
+from .errors import DivisionByZero, IndexOutOfRange, LoweringError, ShapeMismatch
 from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
@@ -17,6 +17,7 @@ __all__ = [
     "IndexOutOfRange",
     "LoweringError",
     "PRECISIONS",
+    "ShapeMismatch",
     "dtype_of",
     "register",
     "reduce_precision",

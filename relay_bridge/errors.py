@@ -37,6 +37,19 @@ class DivisionByZero(_RefusedData, ArithmeticError):
 
 
 @tvm_ffi.register_error
+class ShapeMismatch(_RefusedData, ValueError):
+    """A shape read from run-time data does not hold its input's elements; the reshape would
+    read past them."""
+
+    _FORM = re.compile(r"\S.* shape \[[-\d, ]*\] does not fit the \d+ elements of \S+")
+
+    @classmethod
+    def of(cls, what: str, requested: list, count: int, dims: list) -> "ShapeMismatch":
+        return cls(f"{what}: shape {requested} does not fit the {count} elements of "
+                   f"{'x'.join(str(d) for d in dims) or 'a scalar'}")
+
+
+@tvm_ffi.register_error
 class IndexOutOfRange(_RefusedData, IndexError):
     """A kernel found an index, read from run-time data, outside the tensor it addresses; it
     stopped before reading or writing there. Registered with TVM's FFI so that the error keeps

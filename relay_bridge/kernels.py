@@ -18,7 +18,7 @@ import tvm
 from tvm import te, tirx, topi
 from tvm.script import tirx as T
 
-from .errors import DivisionByZero, IndexOutOfRange
+from .errors import DivisionByZero, IndexOutOfRange, ShapeMismatch
 
 
 def select_by(values: list, position):
@@ -114,6 +114,25 @@ def check_divisor(count, divisor, what: str):
     if int(count.numpy()[0]):
         raise DivisionByZero.of(what, int(np.flatnonzero(divisor.numpy() == 0)[0]))
     return tvm.runtime.tensor(np.zeros((), divisor.dtype), count.device)
+
+
+@tvm.register_global_func("odla_tvm.check_reshape")
+def check_reshape(shape, what: str, allow_zero: bool, *dims: int):
+    """Raises ShapeMismatch unless the run-time ``shape`` (ONNX's rules: a 0 keeps the input's
+    dim unless ``allow_zero``, one -1 takes what is left) holds exactly the elements of an
+    input of ``dims``: a reshape to more would read past them. Else a fresh zero, which the
+    shape adds to be read after this."""
+    requested = [int(d) for d in shape.numpy()]
+    count = math.prod(dims)
+    resolved = [dims[i] if d == 0 and not allow_zero and i < len(dims) else d
+                for i, d in enumerate(requested)]
+    known = math.prod(d for d in resolved if d != -1)
+    inferred = resolved.count(-1)
+    fits = (all(d >= -1 for d in resolved) and inferred <= 1
+            and (count == known if not inferred else known > 0 and count % known == 0))
+    if not fits:
+        raise ShapeMismatch.of(what, requested, count, list(dims))
+    return tvm.runtime.tensor(np.zeros((), shape.dtype), shape.device)
 
 
 def strided_gather(x: te.Tensor, start: te.Tensor, stride: te.Tensor, sizes: list) -> te.Tensor:

@@ -161,18 +161,47 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
     # Folded first, so that weights and biases computed from constants (a reshape of a bias,
     # a batch norm's factors) reach the patterns as the constants they are.
     mod = relax.transform.FoldConstant()(mod)
+    mod = relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns(mine)],
+                                           bind_constants=False)(mod)
     return tvm.transform.Sequential([
-        relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns(mine)],
-                                         bind_constants=False),
         relax.transform.MergeCompositeFunctions(),
         relax.transform.RunCodegen(),
-    ])(mod)
+    ])(_host_calls_in_functions(mod))
+
+
+def _host_calls_in_functions(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with each pure host call of main (call_pure_packed, as a bounds check makes)
+    moved into a function of its own that main calls: MergeCompositeFunctions cannot visit
+    the external function such a call names."""
+    builder = relax.BlockBuilder(mod)
+
+    @relax.expr_functor.mutator
+    class Hide(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") != "relax.call_pure_packed":
+                return call
+            # Tensors become the function's parameters; strings and numbers stay in it.
+            tensors = [a for a in call.args[1:] if isinstance(a, relax.Var)]
+            params = {a: relax.Var(f"arg{i}", a.ty) for i, a in enumerate(tensors)}
+            body = relax.Call(call.op, [params.get(a, a) for a in call.args], call.attrs,
+                              call.ty_args)
+            function = relax.Function(list(params.values()), body, call.ty_args[0],
+                                      is_pure=True)
+            callee = builder.add_func(function, "host_call")
+            return relax.Call(callee, tensors)
+
+    hide = Hide(builder.get())
+    main = builder.get().get_global_var("main")
+    builder.update_func(main, hide.visit_expr(builder.get()[main]))
+    return builder.get()
 
 
 def _unpartitionable(mod: tvm.IRModule) -> str | None:
     """What in ``mod`` TVM's partitioning passes (FuseOpsByPattern, MergeCompositeFunctions)
     cannot group, or None: branches and loops, symbolic shapes, calls of external functions
-    (custom ops), more than one function of graph code (training steps, loop bodies)."""
+    (custom ops; a pure host call between kernels, as a bounds check makes, is fine), more
+    than one function of graph code (training steps, loop bodies)."""
     graphs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
     if graphs != ["main"]:
         return f"graph functions {graphs}"
@@ -183,7 +212,9 @@ def _unpartitionable(mod: tvm.IRModule) -> str | None:
             found.append("a branch")
         elif isinstance(expr, relax.MatchCast):
             found.append("a run-time shape")
-        elif isinstance(expr, relax.ExternFunc):
+        elif isinstance(expr, relax.Call) and (
+                isinstance(expr.op, relax.ExternFunc)
+                or getattr(expr.op, "name", "") == "relax.call_dps_packed"):
             found.append("an external function call")
 
     relax.analysis.post_order_visit(mod["main"], visit)

@@ -210,3 +210,24 @@ def test_integer_division_by_zero_is_refused(op):
         session.run({"a": zero} if unary else {"a": a, "b": zero})
     assert err.value.status == Status.INVALID_PARAM
     assert f"{op} 'y' divides by zero (element 2 of the divisor)" in str(err.value)
+
+
+def test_reshape_with_a_zero_beside_minus_one_is_refused_not_a_crash():
+    """A run-time shape must hold the input's elements: (0, -1) with zeros allowed left
+    nothing to infer -1 from (its shape arithmetic divided by zero: SIGFPE), and (3, 100) made
+    a view reading past the input. Now the run fails with OdlaError; a good shape still
+    reshapes."""
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (2, 6)), "x")
+    shape = odla.create_argument(VT(E.INT64, (2,)), "s")
+    odla.set_value_as_output(odla.reshape_dynamic(x, shape, allow_zero=True))
+    session = odla.Session(odla.compile_computation(comp, odla.allocate_device()))
+    data = np.arange(12, dtype=np.float32).reshape(2, 6)
+    good = session.run({"x": data, "s": np.array([3, -1], np.int64)})[0]
+    np.testing.assert_array_equal(good, data.reshape(3, 4))
+    # (3, 100) would read 288 elements past the input's 12.
+    for bad in ([0, -1], [3, 100], [-1, -1], [5, -1]):
+        with pytest.raises(odla.OdlaError) as err:
+            session.run({"x": data, "s": np.array(bad, np.int64)})
+        assert err.value.status == Status.INVALID_PARAM
+        assert f"shape {bad} does not fit the 12 elements of 2x6" in str(err.value)

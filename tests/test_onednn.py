@@ -344,6 +344,28 @@ def test_a_result_read_again_in_another_shape_matches_tvm():
 
 
 @needs_onednn
+def test_a_checked_gather_before_a_matmul_leaves_the_matmul_to_onednn():
+    """A gather's bounds check is a host call between kernels (BERT's, GPT-2's and ViT's
+    embeddings): the graph around it is still partitioned, and a bad index is refused."""
+    table = np.arange(160, dtype=np.float32).reshape(10, 16)
+    w = _randn(np.random.default_rng(1), 16, 8)
+
+    def build():
+        t = odla.create_argument(VT(E.FLOAT32, (10, 16)), "t")
+        i = odla.create_argument(VT(E.INT64, (3,)), "i")
+        odla.set_value_as_output(odla.gemm(odla.gather(t, i, 0), False, _constant(w), False,
+                                           1.0, 0.0))
+
+    feeds = {"t": table, "i": np.array([1, -1, 3])}
+    exe, (result,) = _run(build, feeds, DeviceName.INTEL_DNNL)
+    np.testing.assert_allclose(result, table[[1, -1, 3]] @ w, rtol=RTOL, atol=1e-3)
+    assert _oneDNN_calls(exe) == 1
+    with pytest.raises(odla.OdlaError) as err:
+        odla.Session(exe).run({"t": table, "i": np.array([1, 10, 3])})
+    assert err.value.status == Status.INVALID_PARAM and "index 10" in str(err.value)
+
+
+@needs_onednn
 def test_concat_of_one_tensor_twice_matches_tvm():
     """The composite takes a repeated operand once; the step still reads it twice."""
     x = _randn(np.random.default_rng(3), 1, 5, 4, 4)

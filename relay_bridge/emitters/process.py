@@ -204,8 +204,18 @@ def _runtime_dims(emit, vector, name):
 
 @register("ReshapeDynamic")
 def reshape_dynamic(emit, x, output_shape, *, allow_zero):
-    requested = _runtime_dims(emit, output_shape, "output_shape")
+    check_vector(output_shape, "output_shape")
+    check_integer(output_shape, "output_shape")
     in_dims = list(x.ty.shape.values)
+    if all(isinstance(d, tirx.IntImm) for d in in_dims):
+        # A shape of other than the input's elements would read past them: checked first,
+        # and the shape read after the check (adding its zero verdict).
+        verdict = emit(relax.call_pure_packed(
+            "odla_tvm.check_reshape", output_shape, f"Reshape {emit.value_id!r}",
+            bool(allow_zero), *[int(d) for d in in_dims],
+            ty_args=relax.TensorType((), str(output_shape.ty.dtype))))
+        output_shape = emit(R.add(output_shape, verdict))
+    requested = _runtime_dims(emit, output_shape, "output_shape")
     # ONNX's rules: 0 keeps the input's dim (unless allow_zero), -1 is what the element
     # count leaves.
     dims = [tirx.Select(d == 0, in_dims[i], d) if i < len(in_dims) and not allow_zero else d
@@ -213,7 +223,10 @@ def reshape_dynamic(emit, x, output_shape, *, allow_zero):
     one = tirx.const(1, "int64")
     known = functools.reduce(operator.mul, [tirx.Select(d == -1, one, d) for d in dims], one)
     count = functools.reduce(operator.mul, in_dims, 1)
-    return R.reshape(x, relax.ShapeExpr([tirx.Select(d == -1, count // known, d) for d in dims]))
+    # A 0 beside the -1 (allow_zero) makes known 0: dividing by it would be SIGFPE; by 1, the
+    # reshape's element-count check refuses the shape instead.
+    per_inferred = count // tirx.max(known, one)
+    return R.reshape(x, relax.ShapeExpr([tirx.Select(d == -1, per_inferred, d) for d in dims]))
 
 
 _RESIZE = {1: (topi.image.resize1d, "NCW"), 2: (topi.image.resize2d, "NCHW"),
