@@ -20,8 +20,11 @@ PER_KIND = 5  # cases per format and mutation family: 55 in all
 
 
 @pytest.fixture(scope="module")
-def seeds(request):
-    return fuzzing.build_seeds(request.config.cache.mkdir("fuzz-seeds"))
+def seeds(request, tmp_path_factory):
+    """Kept in pytest's cache between runs where it has one (-p no:cacheprovider: none)."""
+    cache = getattr(request.config, "cache", None)
+    directory = cache.mkdir("fuzz-seeds") if cache else tmp_path_factory.mktemp("fuzz-seeds")
+    return fuzzing.build_seeds(directory)
 
 
 def test_a_fixed_slice_of_the_campaign_conforms(seeds):
