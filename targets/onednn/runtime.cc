@@ -85,6 +85,13 @@ inline memory::format_tag format_of(const memory::desc& desc) {
   return tag::undef;
 }
 
+// Whether oneDNN chose ``kind`` of code for ``pd`` ("ref": its reference code, "gemm": its
+// gemm fallback), the slow ones the builders try other layouts to avoid.
+template <typename PrimitiveDesc>
+bool runs(const PrimitiveDesc& pd, const char* kind) {
+  return std::string(pd.impl_info_str()).find(kind) != std::string::npos;
+}
+
 inline memory::desc any_desc(const Dims& dims) {
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
@@ -328,13 +335,13 @@ class Region {
     auto pd = conv_desc(any_desc(to_dims(s.src_shape)), any_desc(dst_dims));
     // Free to choose, oneDNN 3.2 runs a grouped convolution of few channels per group (6 in
     // ShuffleNet) as its reference gemm on NCHW: 18 ms where channels-last brgemm takes 0.1.
-    if (std::string(pd.impl_info_str()).find("gemm") != std::string::npos &&
+    if (runs(pd, "gemm") &&
         s.weights_shape.rank == 5) {
       auto channels_last = [](const Dims& dims) {
         return memory::desc(dims, memory::data_type::f32, memory::format_tag::acdb);
       };
       auto retried = conv_desc(channels_last(to_dims(s.src_shape)), channels_last(dst_dims));
-      if (std::string(retried.impl_info_str()).find("gemm") == std::string::npos) pd = retried;
+      if (!runs(retried, "gemm")) pd = retried;
     }
     args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
     // OIHW weights read in oneDNN's grouped shape where groups > 1: the same bytes.
@@ -442,29 +449,32 @@ class Region {
     Dims stored = to_dims(s.weights_shape);
     // Both operands in one layout: oneDNN 3.2 runs a blocked operand with a plain one as its
     // reference code (ZFNet's LRN product over 1x96x109x109: 46 ms, 0.7 in one layout). An
-    // operand broadcast along some axes is read plain; where oneDNN has no fast code for
-    // that beside the other's layout, the other is made plain too.
-    auto binary_desc = [&](const memory& other) {
+    // operand broadcast along some axes goes to src's layout too; where oneDNN still has
+    // only reference code, both are read plain.
+    auto binary_desc = [&](const memory::desc& other) {
       return dnnl::binary::primitive_desc(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
-                                          other.get_desc(), any_desc(to_dims(s.dst_shape)), attr);
+                                          other, any_desc(to_dims(s.dst_shape)), attr);
     };
-    memory other;
-    if (stored == src.get_desc().get_dims()) {
-      other = as_layout(s.weights, src.get_desc());
-    } else {
-      Dims dims = widened(stored, s.dst_shape.rank, false);
-      other = plain_view(s.weights, dims, false);
-      memory::format_tag tag = format_of(src.get_desc());
-      if (tag != memory::format_tag::undef && tag != memory::format_tag::abcd) {
-        memory converted(memory::desc(dims, memory::data_type::f32, tag), cpu_engine());
-        add_reorder(other, converted);  // from the view of the operand in src's rank
-        other = converted;
-      }
-    }
-    auto pd = binary_desc(other);
-    if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) {
+    Dims dims = widened(stored, s.dst_shape.rank, false);
+    bool same_dims = stored == src.get_desc().get_dims();
+    memory::format_tag tag = format_of(src.get_desc());
+    memory::desc wanted = same_dims ? src.get_desc()
+                          : tag != memory::format_tag::undef
+                              ? memory::desc(dims, memory::data_type::f32, tag)
+                              : plain_desc(dims);
+    auto pd = binary_desc(wanted);
+    if (runs(pd, "ref")) {
       src = as_layout(s.src, plain_desc(src.get_desc().get_dims()));
-      pd = binary_desc(other);
+      wanted = plain_desc(dims);
+      pd = binary_desc(wanted);
+    }
+    // Reordered only into the layout chosen: from wherever it is (same dims), or from its
+    // view in src's rank.
+    memory other = same_dims ? as_layout(s.weights, wanted) : plain_view(s.weights, dims, false);
+    if (other.get_desc() != wanted) {
+      memory converted(wanted, cpu_engine());
+      add_reorder(other, converted);
+      other = converted;
     }
     args[DNNL_ARG_SRC_0] = src;
     args[DNNL_ARG_SRC_1] = other;
@@ -531,10 +541,10 @@ class Region {
     memory src = value(s.src);
     auto pd = lrn_desc(src.get_desc());
     for (auto tag : {memory::format_tag::aBcd16b, memory::format_tag::acdb}) {
-      if (std::string(pd.impl_info_str()).find("ref") == std::string::npos) break;
+      if (!runs(pd, "ref")) break;
       memory::desc blocked(src.get_desc().get_dims(), memory::data_type::f32, tag);
       auto retried = lrn_desc(blocked);
-      if (std::string(retried.impl_info_str()).find("ref") == std::string::npos) {
+      if (!runs(retried, "ref")) {
         src = as_layout(s.src, blocked);
         pd = retried;
       }
