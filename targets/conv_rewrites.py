@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 from tvm import relax, te, topi
@@ -172,10 +174,14 @@ WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_MAX_TILE_BYTES = 8 << 20
 
 
+@functools.cache  # Cook-Toom's rational arithmetic takes 13 ms, once per convolution otherwise
 def _winograd_matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A (alpha x m), B (alpha x alpha) and G (alpha x 3) of F(m x m, 3 x 3), in float32."""
     points = _interpolation_points(WINOGRAD_TILE + 3 - 2)
-    return tuple(m.astype("float32") for m in _cook_toom_convolution(points, WINOGRAD_TILE, 3))
+    matrices = tuple(m.astype("float32") for m in _cook_toom_convolution(points, WINOGRAD_TILE, 3))
+    for matrix in matrices:
+        matrix.flags.writeable = False  # shared by every caller
+    return matrices
 
 
 def _tile_transform(tiles: te.Tensor, matrix: te.Tensor, stage: str) -> te.Tensor:

@@ -34,7 +34,7 @@ from targets.tuning import _OutOfTime, _Progress
 
 # The tuned model's kernels: the conv-relu, whose schedule reads its weights in its own layout
 # (made when compiling: "prepacked"), and the transposes into and out of NHWC.
-TUNED = ["fused_conv2d_relu_prepacked", "transpose", "transpose2"]
+TUNED = ["fused_conv2d_relu_prepacked", "transpose", "transpose1"]
 IMAGE = np.random.default_rng(11).standard_normal((1, 3, 16, 16)).astype(np.float32)
 
 
