@@ -447,13 +447,14 @@ def nms(emit, boxes, scores, *, max_num_outputs, iou_threshold, score_threshold,
         raise LoweringError(f"boxes {boxes.ty} and scores {scores.ty}; expected (batch, boxes, "
                             "4) and (batch, classes, boxes)")
     scores = _scores_fit(emit, boxes, scores)
-    # More than the boxes is all of them: TOPI takes the count as an int32 and sizes its
-    # output by it.
+    # More than the boxes is all of them: TOPI takes the count as an int32 constant (2**40
+    # failed to compile) and sizes its output by it, so it is cut to a static boxes' count.
+    # (Where that is known at run time only, a huge count is a failure to allocate.)
     boxes_count = boxes.ty.shape.values[1]
-    max_num_outputs = min(max_num_outputs, int(boxes_count) if isinstance(
-        boxes_count, tirx.IntImm) else np.iinfo(np.int32).max)
+    most = min(max_num_outputs, int(boxes_count) if isinstance(boxes_count, tirx.IntImm)
+               else np.iinfo(np.int32).max)
     selected = emit(R.vision.all_class_non_max_suppression(
-        boxes, scores, relax.const(max_num_outputs, "int64"),
+        boxes, scores, relax.const(most, "int64"),
         relax.const(iou_threshold, "float32"), relax.const(score_threshold, "float32")))
     # Rows past the number of detections are padding; keep the first ``count``.
     rows, count = emit(relax.TupleGetItem(selected, 0)), emit(relax.TupleGetItem(selected, 1))

@@ -113,25 +113,23 @@ def compress(emit, x, condition, *, axis):
     if axis is None:
         x, axis = emit(R.reshape(x, [-1])), 0
     check_axis(x, axis)
+    size = x.ty.shape.values[axis]
+    if isinstance(size, tirx.IntImm) and int(condition.ty.shape.values[0]) > int(size):
+        # Entries past the end of the axis select nothing, as onnxruntime has it.
+        condition = emit(R.strided_slice(condition, [0], [0], [int(size)]))
     positions = emit.with_shape(R.nonzero(as_bool(emit, condition)))  # (1, count)
     indices = emit(R.reshape(positions, [positions.ty.shape.values[1]]))
-    verdict = _condition_fits(emit, x, condition, axis)
-    if verdict is not None:
-        indices = emit(R.add(indices, emit(R.astype(verdict, str(indices.ty.dtype)))))
+    if not isinstance(size, tirx.IntImm):
+        indices = emit(R.add(indices, emit(R.astype(_condition_fits(emit, x, condition, axis),
+                                                    str(indices.ty.dtype)))))
     return R.take(x, indices, axis, mode="clip")
 
 
 def _condition_fits(emit, x, condition, axis):
-    """Refuses a condition longer than the axis it selects along (ONNX lets it be shorter
-    only): its entries past the end would select slices that do not exist (a clipped take
-    repeated the last one). At build time for a static axis; else the run-time check's
-    verdict, for the take to add."""
-    length, size = int(condition.ty.shape.values[0]), x.ty.shape.values[axis]
-    if isinstance(size, tirx.IntImm):
-        if length > int(size):
-            raise LoweringError(f"condition has {length} entries; expected at most the "
-                                f"{int(size)} of axis {axis} of input {x.ty}")
-        return None
+    """The verdict of a run-time check that a condition is no longer than an axis known at
+    run time only, for the take to add: its entries past the end would select slices that do
+    not exist (a clipped take repeated the last one). (Cut to a static axis instead.)"""
+    length = int(condition.ty.shape.values[0])
     return dim_verdict(emit, x, axis, length, np.iinfo(np.int64).max,
                        f"Compress {emit.value_id!r}: condition length {length} is out of "
                        f"range; expected at most {{dim}}, the length of axis {axis} of its input")
