@@ -433,8 +433,38 @@ def _check_output_dims(op_name, value_id, given: ValueShape, inferred: ValueShap
         )
 
 
+# DLPack's device types (dlpack.h), for messages.
+_DLPACK_DEVICES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
+                   9: "VPI", 10: "ROCm", 11: "ROCm host", 12: "ext_dev", 13: "CUDA managed",
+                   14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
+
+
+def host_data(data, what: str):
+    """``data``, a DLPack tensor (not a NumPy array) viewed as one without a copy once it is
+    known to lie in host memory, this build's devices' (reading another device's memory as
+    the host's would crash); anything else as it is."""
+    if isinstance(data, np.ndarray) or not hasattr(data, "__dlpack__"):
+        return data
+    try:
+        device_type, device_id = (int(v) for v in data.__dlpack_device__())
+    except Exception as err:  # noqa: BLE001 (any object may claim to be a tensor)
+        raise OdlaError(Status.INVALID_PARAM, f"{what} is a {type(data).__name__} whose "
+                        f"__dlpack_device__ failed ({err}); expected host memory") from None
+    if device_type != 1:
+        device = _DLPACK_DEVICES.get(device_type, f"DLPack device type {device_type}")
+        raise OdlaError(Status.INVALID_PARAM, f"{what} is a tensor on {device}:{device_id}; "
+                        "expected host CPU memory (a NumPy array, or a DLPack tensor on CPU)")
+    try:
+        return np.from_dlpack(data)
+    except Exception as err:  # noqa: BLE001
+        raise OdlaError(Status.INVALID_PARAM, f"{what} cannot be shared with the CPU device "
+                        f"({err}); expected host CPU memory") from None
+
+
 def checked_array(data, value_type: ValueType, what: str, shape=None) -> np.ndarray:
-    """``data`` as an array of exactly ``value_type``'s dtype and shape (or ``shape``)."""
+    """``data`` as an array of exactly ``value_type``'s dtype and shape (or ``shape``); a
+    DLPack tensor is viewed (host_data)."""
+    data = host_data(data, what)
     try:
         array = np.asarray(data)
     except Exception as err:  # noqa: BLE001 (any object may be handed in)

@@ -13,6 +13,7 @@ from .computation import (
     checked_array,
     current_computation_or_none,
     find_value_by_id,
+    host_data,
 )
 from .types import ItemType, OdlaError, Status, ValueShape, as_shape, checked, odla_enum
 
@@ -105,22 +106,9 @@ class Context:
 
 def argument_data(value: Value, data, shape: ValueShape | None = None) -> np.ndarray:
     """``data`` checked as the data of argument ``value`` (of ``shape`` when the context fixed
-    one): an array of its dtype and shape; a DLPack tensor is viewed, not copied."""
-    if not isinstance(data, np.ndarray) and hasattr(data, "__dlpack__"):
-        data = _host_view(data, value)  # a device-resident tensor: bound without a copy
+    one): an array of its dtype and shape; a DLPack tensor in host memory is viewed, not
+    copied, and one on another device refused."""
     return checked_array(data, value.type, f"data bound to argument {value.id!r}", shape)
-
-
-def _host_view(tensor, value: Value) -> np.ndarray:
-    """A NumPy view of a DLPack tensor's memory (host CPU memory only: this build's devices)."""
-    try:
-        return np.from_dlpack(tensor)
-    except (BufferError, TypeError, RuntimeError) as err:
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"tensor bound to {value.id!r} cannot be shared with the CPU device ({err}); "
-            "expected host memory (a NumPy array, or a DLPack tensor in CPU memory)",
-        ) from None
 
 
 def _context(context) -> Context:
@@ -154,6 +142,7 @@ def bind_to_argument_by_id(value_id: str, data, context: Context) -> None:
     the id and data are checked against the executable at launch."""
     ctx = _context(context)
     if current_computation_or_none() is None:
+        data = host_data(data, f"data bound to {str(value_id)!r}")
         ctx.inputs[str(value_id)] = np.asarray(data)
     else:
         ctx.bind_input(find_value_by_id(value_id), data)

@@ -255,11 +255,10 @@ class OdlaError(Exception):
 
 def run_failure(err: Exception, what: str) -> OdlaError:
     """The OdlaError for a compiled run that raised ``err``: the caller's data that a check
-    refused (an index out of range, an integer divisor of zero, a shape that does not fit)
-    is INVALID_PARAM; anything
-    else is a FAILURE of ``what``."""
-    for refusal in (relay_bridge.IndexOutOfRange, relay_bridge.DivisionByZero,
-                    relay_bridge.ShapeMismatch):
+    refused (an index or a parameter out of range, an integer divisor of zero or a quotient
+    that overflows, a shape that does not fit) is INVALID_PARAM; anything else is a FAILURE
+    of ``what``."""
+    for refusal in relay_bridge.REFUSED_DATA:
         refused = refusal.message_in(err)
         if refused is not None:
             return OdlaError(Status.INVALID_PARAM, refused)

@@ -5,7 +5,8 @@ this package knows nothing of devices, targets or files.
 """
 
 from .custom_ops import register_custom_op
-from .errors import DivisionByZero, IndexOutOfRange, LoweringError, ShapeMismatch
+from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
+                     LoweringError, ShapeMismatch, ValueOutOfRange)
 from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
@@ -13,11 +14,14 @@ from .registry import register, registered_ops
 __all__ = [
     "DYNAMIC_DIM",
     "DivisionByZero",
+    "DivisionOverflow",
     "GraphBuilder",
     "IndexOutOfRange",
     "LoweringError",
     "PRECISIONS",
+    "REFUSED_DATA",
     "ShapeMismatch",
+    "ValueOutOfRange",
     "dtype_of",
     "register",
     "reduce_precision",

@@ -50,6 +50,19 @@ class ShapeMismatch(_RefusedData, ValueError):
 
 
 @tvm_ffi.register_error
+class DivisionOverflow(_RefusedData, ArithmeticError):
+    """A signed integer division found the type's least value divided by -1 in run-time data:
+    the quotient does not fit the type, and x86 traps on it (SIGFPE) as on a zero divisor."""
+
+    _FORM = re.compile(r"\S.* overflows \w+: -?\d+ / -1 \(element \d+ of the result\)")
+
+    @classmethod
+    def of(cls, what: str, dtype: str, dividend: int, position: int) -> "DivisionOverflow":
+        return cls(f"{what} overflows {dtype}: {dividend} / -1 (element {position} of the "
+                   "result)")
+
+
+@tvm_ffi.register_error
 class IndexOutOfRange(_RefusedData, IndexError):
     """A kernel found an index, read from run-time data, outside the tensor it addresses; it
     stopped before reading or writing there. Registered with TVM's FFI so that the error keeps
@@ -66,3 +79,27 @@ class IndexOutOfRange(_RefusedData, IndexError):
         FFI rebuilds the error from its message.)"""
         return cls(f"{what}: index {index} (element {position} of the indices) is out of "
                    f"range; expected {-size if negative else 0} to {size - 1}")
+
+
+@tvm_ffi.register_error
+class ValueOutOfRange(_RefusedData, ValueError):
+    """A parameter read from run-time data (a slice's sizes or steps, a tile's repeats, a
+    resize's sizes or scales) or a dim known at run time only (TopK's axis against its K, a
+    Compress axis against its condition, NMS boxes against their scores) is outside what the
+    op can compute without addressing memory outside its tensors. (Matched after
+    IndexOutOfRange, whose messages read alike.)"""
+
+    _FORM = re.compile(r"\S.* is out of range; expected .+")
+
+    @classmethod
+    def of(cls, what: str, name: str, found, allowed: str,
+           position: int | None = None) -> "ValueOutOfRange":
+        """The error for ``found``, the ``name`` of ``what`` (the op and its value; at flat
+        ``position`` of a vector where given), ``allowed`` saying what would do."""
+        where = "" if position is None else f" (element {position})"
+        return cls(f"{what}: {name} {found}{where} is out of range; expected {allowed}")
+
+
+# Every refusal of run-time data, in the order their messages are matched (see message_in).
+REFUSED_DATA = (IndexOutOfRange, DivisionByZero, DivisionOverflow, ShapeMismatch,
+                ValueOutOfRange)

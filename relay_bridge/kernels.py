@@ -18,7 +18,8 @@ import tvm
 from tvm import te, tirx, topi
 from tvm.script import tirx as T
 
-from .errors import DivisionByZero, IndexOutOfRange, ShapeMismatch
+from .errors import (DivisionByZero, DivisionOverflow, IndexOutOfRange, ShapeMismatch,
+                     ValueOutOfRange)
 
 
 def select_by(values: list, position):
@@ -66,20 +67,27 @@ def wrap_negative(indices: te.Tensor, sizes: list, checked: te.Tensor | None = N
     return te.compute(indices.shape, element, name="wrapped")
 
 
+def count_where(x: te.Tensor, bad) -> te.Tensor:
+    """How many elements of ``x`` ``bad(element, index)`` holds for, as a 1-element int64
+    tensor: a reduction every target schedules, GPUs included. The counting half of each
+    run-time check; a host call after it names the first bad element."""
+    if not x.shape:
+        return te.compute((1,), lambda _: tirx.Cast("int64", bad(x(), ())), name="bad_count")
+    axes = [te.reduce_axis((0, dim)) for dim in x.shape]
+    return te.compute((1,), lambda _: te.sum(tirx.Cast("int64", bad(x(*axes), axes)), axis=axes),
+                      name="bad_count")
+
+
 def out_of_range_count(indices: te.Tensor, sizes: list, negative: bool = True) -> te.Tensor:
     """How many of ``indices`` lie outside [-size, size-1] of their dim (``sizes`` as for
-    _size_of; [0, size-1] unless ``negative``): a reduction every target schedules, GPUs
-    included."""
+    _size_of; [0, size-1] unless ``negative``)."""
 
-    def bad(*i):
-        index, size = indices(*i), _size_of(sizes, i, indices.dtype)
+    def bad(index, i):
+        size = _size_of(sizes, i, indices.dtype)
         lowest = -size if negative else tirx.const(0, indices.dtype)
-        return tirx.Cast("int64", tirx.any(index < lowest, index >= size))
+        return tirx.any(index < lowest, index >= size)
 
-    if not indices.shape:
-        return te.compute((1,), lambda _: bad(), name="out_of_range")
-    axes = [te.reduce_axis((0, dim)) for dim in indices.shape]
-    return te.compute((1,), lambda _: te.sum(bad(*axes), axis=axes), name="out_of_range")
+    return count_where(indices, bad)
 
 
 @tvm.register_global_func("odla_tvm.check_indices")
@@ -100,11 +108,56 @@ def check_indices(count, indices, what: str, negative: bool, *sizes: int):
 
 def zero_count(x: te.Tensor) -> te.Tensor:
     """How many elements of ``x`` are 0, as a 1-element int64 tensor."""
-    if not x.shape:
-        return te.compute((1,), lambda _: tirx.Cast("int64", x() == 0), name="zeros")
-    axes = [te.reduce_axis((0, dim)) for dim in x.shape]
-    return te.compute((1,), lambda _: te.sum(tirx.Cast("int64", x(*axes) == 0), axis=axes),
-                      name="zeros")
+    return count_where(x, lambda element, _: element == 0)
+
+
+def nonzero_count(x: te.Tensor) -> te.Tensor:
+    """How many elements of ``x`` are not 0, as a 1-element int64 tensor. (Give a mask as
+    int8: LLVM's vectorized reduction of BOOL loads mixes i1 and i8.)"""
+    return count_where(x, lambda element, _: element != tirx.const(0, str(x.dtype)))
+
+
+def outside_count(x: te.Tensor, lowest, highest, nonzero: bool) -> te.Tensor:
+    """How many elements of ``x`` lie outside [lowest, highest] (or are 0 where ``nonzero``);
+    NaN lies outside any range."""
+    dtype = str(x.dtype)
+    low, high = tirx.const(lowest, dtype), tirx.const(highest, dtype)
+
+    def bad(element, _):
+        outside = tirx.Not(tirx.all(element >= low, element <= high))
+        if dtype.startswith(("float", "bfloat")):  # said outright: compilers may assume no NaN
+            outside = tirx.any(outside, tirx.isnan(element))
+        return tirx.any(outside, element == tirx.const(0, dtype)) if nonzero else outside
+
+    return count_where(x, bad)
+
+
+@tvm.register_global_func("odla_tvm.check_values")
+def check_values(count, values, what: str, name: str, allowed: str, lowest, highest,
+                 nonzero: bool, first: int):
+    """Raises ValueOutOfRange naming the first of ``values`` (a run-time parameter such as a
+    slice's sizes) that outside_count found outside [lowest, highest] (or 0 where
+    ``nonzero``), counting its elements from ``first`` (where the values are a part of a
+    vector); else a fresh zero, which the values add to be read after this."""
+    if int(count.numpy()[0]):
+        found = values.numpy()
+        bad = ~((found >= lowest) & (found <= highest)) | (nonzero & (found == 0))
+        position = int(np.flatnonzero(bad)[0])
+        raise ValueOutOfRange.of(what, name, found.flat[position].item(), allowed,
+                                 first + position)
+    return tvm.runtime.tensor(np.zeros((), values.dtype), values.device)
+
+
+@tvm.register_global_func("odla_tvm.check_dim")
+def check_dim(x, axis: int, least: int, most: int, message: str):
+    """Raises ValueOutOfRange with ``message`` (``{dim}``, ``{least}``, ``{most}`` filled in)
+    unless dim ``axis`` of ``x``, known at run time only, lies in [least, most]: a kernel
+    sized for those bounds would address memory past it. Else a fresh zero (int64, shape (1,)) that a
+    kernel reading ``x`` takes, to run after this. Reads the shape only, never the data."""
+    dim = int(x.shape[axis])
+    if not least <= dim <= most:
+        raise ValueOutOfRange(message.format(dim=dim, least=least, most=most))
+    return tvm.runtime.tensor(np.zeros(1, np.int64), x.device)
 
 
 @tvm.register_global_func("odla_tvm.check_divisor")
@@ -113,6 +166,19 @@ def check_divisor(count, divisor, what: str):
     else a fresh zero, which the division's divisor adds to run after this."""
     if int(count.numpy()[0]):
         raise DivisionByZero.of(what, int(np.flatnonzero(divisor.numpy() == 0)[0]))
+    return tvm.runtime.tensor(np.zeros((), divisor.dtype), count.device)
+
+
+@tvm.register_global_func("odla_tvm.check_quotient")
+def check_quotient(count, dividend, divisor, what: str):
+    """Raises DivisionOverflow naming the first element where ``dividend`` is its type's least
+    value and ``divisor`` is -1 (count_where found such), broadcast as the division is;
+    else a fresh zero, which the divisor adds to be read after this."""
+    if int(count.numpy()[0]):
+        a, b = np.broadcast_arrays(dividend.numpy(), divisor.numpy())
+        least = np.iinfo(a.dtype).min
+        position = int(np.flatnonzero((a == least) & (b == -1))[0])
+        raise DivisionOverflow.of(what, str(a.dtype), int(least), position)
     return tvm.runtime.tensor(np.zeros((), divisor.dtype), count.device)
 
 

@@ -3,6 +3,7 @@ what it got, or (for data that is only awkwardly laid out) the correct result.""
 
 import numpy as np
 import pytest
+import tvm
 from onnx import TensorProto, helper
 
 import odla_tvm as odla
@@ -79,7 +80,23 @@ def _read_only():
     return x
 
 
+class OnDevice:
+    """A DLPack tensor that says it lies on another device (no GPU here): its memory must
+    never be read as the host's. (Its capsule is the host array's, so reading it would not
+    crash this test; a real CUDA tensor's would.)"""
+
+    def __init__(self, device_type: int, device_id: int):
+        self.device = (device_type, device_id)
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, **kwargs):
+        return X.copy().__dlpack__()
+
+
 GOOD = {  # awkward but valid: a correct result
+    "tvm tensor on the CPU": tvm.runtime.tensor(X.copy(), tvm.cpu(0)),
     "non-contiguous": np.asfortranarray(X),
     "strided view": np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2] * 0 + X,
     "read-only": _read_only(),
@@ -93,6 +110,9 @@ BAD = {  # wrong: OdlaError whose message names these parts
     "None": (None, ["'x'", "float32", ("None", "object")]),
     "Python list": (X.tolist(), ["'x'", "float32", ("list", "float64")]),
     "huge shape": (np.broadcast_to(np.float32(0), (1 << 20, 1 << 20)), ["'x'", "1048576"]),
+    # The device found and the one expected (DLPack device types 2: CUDA, 10: ROCm).
+    "CUDA tensor": (OnDevice(2, 0), ["'x'", "CUDA:0", "host CPU memory"]),
+    "ROCm tensor": (OnDevice(10, 1), ["'x'", "ROCm:1", "host CPU memory"]),
 }
 PATHS = ["session", "launch", "backend", "async", "interpreter"]
 

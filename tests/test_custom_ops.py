@@ -168,3 +168,29 @@ def test_bad_registrations_and_calls_are_refused():
     odla.register_custom_op("wrong_types", c_source=CLIP_ADD_C, output_types=lambda i, a: 3)
     _refused(lambda: odla.custom_op([a], "Wrong", "wrong_types"), Status.INVALID_PARAM,
              "output_types", "(shape, dtype)")
+
+
+def test_a_prim_func_whose_buffers_disagree_with_its_tensors_is_refused():
+    """A PrimFunc addresses its buffers by the shapes it declares: given a tensor of another
+    shape (an input, or an output as output_types declared it) it would read or write past
+    it, so the call is refused when the computation is built, naming both shapes."""
+    odla.register_custom_op("row_sums_of_five", tir=_row_sums,
+                            output_types=lambda ins, _: [VT(E.FLOAT32, (5,))])
+    odla.register_custom_op("row_sums_fits", tir=_row_sums,
+                            output_types=lambda ins, _: [VT(E.FLOAT32, (4,))])
+    odla.register_custom_op("negative_dims", c_source=CLIP_ADD_C,
+                            output_types=lambda ins, _: [VT(E.FLOAT32, (-1, 4))])
+    comp = odla.create_computation()
+    try:
+        fits = odla.create_argument(VT(E.FLOAT32, (4, 5)), "fits")
+        wide = odla.create_argument(VT(E.FLOAT32, (4, 6)), "wide")
+        _refused(lambda: odla.custom_op([fits], "RowSums", "row_sums_of_five"),
+                 Status.INVALID_PARAM, "output 0 as float32[4]", "given float32[5]")
+        _refused(lambda: odla.custom_op([wide], "RowSums", "row_sums_fits"),
+                 Status.INVALID_PARAM, "input 0 as float32[4, 5]", "given float32[4, 6]")
+        _refused(lambda: odla.custom_op([fits, fits], "RowSums", "row_sums_fits"),
+                 Status.INVALID_PARAM, "takes 2 buffers", "2 inputs and 1 declared outputs")
+        _refused(lambda: odla.custom_op([fits], "Negative", "negative_dims"),
+                 Status.INVALID_PARAM, "[-1, 4]", "at least 0")
+    finally:
+        odla.destroy_computation(comp)

@@ -123,3 +123,19 @@ def test_runs_copy_results_and_reuse_staging_correctly():
     three = np.full((3, 4), 7, np.float32)
     np.testing.assert_array_equal(module.run([three])[1], 14 * np.ones((3, 4)))
     np.testing.assert_array_equal(module.run([unaligned])[1], 2 * unaligned)
+
+
+def test_run_time_parameter_checks_compile_for_cuda_without_a_gpu():
+    """The checks of a slice's run-time sizes and steps and of an integer division's
+    divisors (zero, and the least value by -1) are counting kernels and host calls, which
+    CUDA code compiles."""
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (4, 6)), "x")
+    start, size, stride = (odla.create_argument(VT(E.INT64, (2,)), n)
+                           for n in ("start", "size", "stride"))
+    a = odla.create_argument(VT(E.INT32, (8,)), "a")
+    b = odla.create_argument(VT(E.INT32, (8,)), "b")
+    odla.set_values_as_output([odla.slice_dynamic(x, start, size, stride), odla.div(a, b)])
+    module = compile_module(comp.build_module(), targets.get_target("cuda"))
+    odla.destroy_computation(comp)
+    assert [m.kind for m in module.library.mod.imports[0].imports if m.kind == "cuda"]

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
+from ..computation import host_data
 from ..device import allocate_device, available_devices
 from ..session import Session
 from ..types import DeviceName, OdlaError, Status
@@ -28,6 +29,11 @@ def _odla_device(device: str):
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, f"ONNX device {device!r} is not "
                         f"available here; expected one of {OdlaBackend.devices()}")
     return allocate_device(device_name=name)
+
+
+def _array(data, name: str) -> np.ndarray:
+    """A feed as an array; a DLPack tensor viewed, or refused when on another device."""
+    return np.asarray(host_data(data, f"input {name!r}"))
 
 
 class OdlaBackendRep(BackendRep):
@@ -69,13 +75,13 @@ class OdlaBackendRep(BackendRep):
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, dict):
-            feeds = {name: np.asarray(a) for name, a in inputs.items()}
+            feeds = {name: _array(a, name) for name, a in inputs.items()}
         else:
             arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(arrays) != len(self.input_names):
                 raise OdlaError(Status.INVALID_PARAM, f"{len(arrays)} inputs given; the model "
                                 f"takes {len(self.input_names)}: {self.input_names}")
-            feeds = {name: np.asarray(a) for name, a in zip(self.input_names, arrays)}
+            feeds = {name: _array(a, name) for name, a in zip(self.input_names, arrays)}
         missing = [name for name in self.input_names if name not in feeds]
         if missing:
             raise OdlaError(Status.INVALID_PARAM, f"no data for graph inputs {missing}")

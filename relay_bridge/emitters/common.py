@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from tvm import relax, tirx
 from tvm.relax import op as R
 
 from ..errors import LoweringError
-from ..kernels import out_of_range_count
+from ..kernels import out_of_range_count, outside_count
 
 
 def check_axis(x, axis, allow_end=False):
@@ -86,3 +87,33 @@ def checked_verdict(emit, indices, sizes: list, what: str, negative: bool = True
     return emit(relax.call_pure_packed(
         "odla_tvm.check_indices", count, indices, what, negative, *[int(size) for size in sizes],
         ty_args=count.ty))
+
+
+def checked_values(emit, values, what: str, name: str, allowed: str, lowest=None,
+                   highest=None, nonzero: bool = False, first: int = 0):
+    """``values``, a run-time parameter vector (a slice's sizes, a tile's repeats), once
+    checked to lie in [lowest, highest] (the dtype's own bounds where None) and, where
+    ``nonzero``, to hold no 0: the run fails with ValueOutOfRange naming ``what`` (the op and
+    its value), ``name``, the entry found and ``allowed`` otherwise. The check's zero verdict
+    is added in, so that what reads the values runs after it. ``first``: the position of
+    ``values`` in the vector the caller gave, for the message."""
+    dtype = str(values.ty.dtype)
+    bounds, number = (np.finfo(dtype), float) if is_float(values) else (np.iinfo(dtype), int)
+    lowest = number(bounds.min if lowest is None else lowest)
+    highest = number(bounds.max if highest is None else highest)
+    count = emit.te(outside_count, values, lowest, highest, nonzero)
+    verdict = emit(relax.call_pure_packed(
+        "odla_tvm.check_values", count, values, what, name, allowed, lowest, highest,
+        bool(nonzero), int(first), ty_args=relax.TensorType((), dtype)))
+    return emit(relax.op.add(values, verdict))
+
+
+def dim_verdict(emit, x, axis: int, least, most, message: str):
+    """A check that dim ``axis`` of ``x``, known at run time only, lies in [least, most]
+    (ints, or dims of other operands): the run fails with ValueOutOfRange and ``message``
+    (its ``{dim}`` the dim found) otherwise. Its verdict (an int64 zero of shape (1,)) is
+    what the kernel addressing ``x`` by those bounds must take, to run after it."""
+    bounds = [relax.prim_value(int(b) if isinstance(b, (int, np.integer)) else
+                               tirx.Cast("int64", b)) for b in (least, most)]
+    return emit(relax.call_pure_packed("odla_tvm.check_dim", x, axis, *bounds, message,
+                                       ty_args=relax.TensorType((1,), "int64")))

@@ -9,7 +9,7 @@ from tvm import relax, tirx, topi
 from tvm.relax import op as R
 
 from ..errors import LoweringError
-from ..kernels import determinant_kernel, inverse_kernel, zero_count
+from ..kernels import determinant_kernel, inverse_kernel, nonzero_count, zero_count
 from ..registry import register
 from .common import (
     accumulation_dtype,
@@ -88,10 +88,30 @@ def _nonzero_divisor(emit, divisor, op: str):
     return emit(R.add(divisor, verdict))  # a zero: orders the division after the check
 
 
+def _representable_quotient(emit, lhs, rhs, op: str):
+    """A signed integer divisor ``rhs`` once checked never to divide the type's least value
+    by -1 (the quotient does not fit, and x86 traps on it with SIGFPE, as onnxruntime's
+    process dies): the run fails with DivisionOverflow naming ``op`` and its value
+    otherwise."""
+    dtype = str(rhs.ty.dtype)
+    if not dtype.startswith("int"):
+        return rhs
+    # x < least + 1 rather than x == least: TVM 0.27 compares with a constant of the least
+    # value wrongly (never equal).
+    above_least = relax.const(int(np.iinfo(dtype).min) + 1, dtype)
+    overflows = emit(R.astype(emit(R.logical_and(
+        emit(R.less(lhs, above_least)), emit(R.equal(rhs, relax.const(-1, dtype))))), "int8"))
+    verdict = emit(relax.call_pure_packed(
+        "odla_tvm.check_quotient", emit.te(nonzero_count, overflows), lhs, rhs,
+        f"{op} {emit.value_id!r}", ty_args=relax.TensorType((), dtype)))
+    return emit(R.add(rhs, verdict))  # a zero: orders the division after the check
+
+
 @register("Div")
 def div(emit, lhs, rhs):
     check_same_dtype(lhs, rhs)
-    return R.divide(lhs, _nonzero_divisor(emit, rhs, "Div"))
+    rhs = _nonzero_divisor(emit, rhs, "Div")
+    return R.divide(lhs, _representable_quotient(emit, lhs, rhs, "Div"))
 
 
 @register("Not")
@@ -141,6 +161,12 @@ def mod(emit, lhs, rhs, *, fmod):
     check_same_dtype(lhs, rhs)
     # Relax's mod truncates (C's fmod); floor_mod takes the divisor's sign.
     rhs = _nonzero_divisor(emit, rhs, "Mod")
+    if str(rhs.ty.dtype).startswith("int"):
+        # Any integer modulo -1 is 0, as modulo 1; the least value modulo -1 traps on x86
+        # (SIGFPE), as its quotient overflows. onnxruntime gives 0 too.
+        dtype = str(rhs.ty.dtype)
+        minus_one = emit(R.equal(rhs, relax.const(-1, dtype)))
+        rhs = emit(R.where(minus_one, relax.const(1, dtype), rhs))
     if fmod:
         return R.mod(lhs, rhs)
     if not is_float(lhs):

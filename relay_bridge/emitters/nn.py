@@ -11,7 +11,7 @@ from tvm.relax import op as R
 
 from ..errors import LoweringError
 from ..registry import register
-from .common import accumulation_dtype, checked_verdict, narrowed, widened
+from .common import accumulation_dtype, checked_verdict, dim_verdict, narrowed, widened
 from .layout import (
     check_window,
     data_layout,
@@ -406,9 +406,7 @@ _SORT_KEYS = {"int16": "int32", "uint16": "int32", "uint32": "int64", "uint64": 
 
 @register("TopK")
 def topk(emit, x, *, k, largest, sorted, axis, index_dtype):
-    size = x.ty.shape.values[axis]
-    if isinstance(size, tirx.IntImm) and k > int(size):
-        raise LoweringError(f"K is {k}, more than the {int(size)} elements along axis {axis}")
+    x = _k_fits(emit, x, k, axis)
     # TOPI's topk is built on a stable sort, so ties keep the lower index first; the
     # result is sorted whether or not ``sorted`` asks for it.
     dtype = str(x.ty.dtype)
@@ -426,13 +424,37 @@ def topk(emit, x, *, k, largest, sorted, axis, index_dtype):
     return [emit(R.gather_elements(x, indices, axis)), indices]
 
 
+def _k_fits(emit, x, k: int, axis: int):
+    """``x`` once K is known to be at most its length along ``axis`` (TOPI's topk would read
+    past the axis): at build time for a static axis; else checked at run time, ``x`` scaled
+    by one plus the check's zero verdict (exact for every element, -0.0 and NaN included) so
+    that the sort runs after the check."""
+    size = x.ty.shape.values[axis]
+    if isinstance(size, tirx.IntImm):
+        if k > int(size):
+            raise LoweringError(f"K is {k}, more than the {int(size)} elements along axis {axis}")
+        return x
+    verdict = dim_verdict(emit, x, axis, k, np.iinfo(np.int64).max,
+                          f"TopK {emit.value_id!r}: K {k} is out of range; expected at most "
+                          f"{{dim}}, the length of axis {axis} of its input")
+    one = emit(R.add(emit(R.astype(verdict, str(x.ty.dtype))), relax.const(1, str(x.ty.dtype))))
+    return emit(R.multiply(x, one))
+
+
 @register("NMS")
 def nms(emit, boxes, scores, *, max_num_outputs, iou_threshold, score_threshold, dtype):
     if boxes.ty.ndim != 3 or scores.ty.ndim != 3:
         raise LoweringError(f"boxes {boxes.ty} and scores {scores.ty}; expected (batch, boxes, "
                             "4) and (batch, classes, boxes)")
+    scores = _scores_fit(emit, boxes, scores)
+    # More than the boxes is all of them: TOPI takes the count as an int32 constant (2**40
+    # failed to compile) and sizes its output by it, so it is cut to a static boxes' count.
+    # (Where that is known at run time only, a huge count is a failure to allocate.)
+    boxes_count = boxes.ty.shape.values[1]
+    most = min(max_num_outputs, int(boxes_count) if isinstance(boxes_count, tirx.IntImm)
+               else np.iinfo(np.int32).max)
     selected = emit(R.vision.all_class_non_max_suppression(
-        boxes, scores, relax.const(max_num_outputs, "int64"),
+        boxes, scores, relax.const(most, "int64"),
         relax.const(iou_threshold, "float32"), relax.const(score_threshold, "float32")))
     # Rows past the number of detections are padding; keep the first ``count``.
     rows, count = emit(relax.TupleGetItem(selected, 0)), emit(relax.TupleGetItem(selected, 1))
@@ -440,6 +462,28 @@ def nms(emit, boxes, scores, *, max_num_outputs, iou_threshold, score_threshold,
     kept = emit(R.dynamic_strided_slice(rows, relax.const([0, 0], "int64"), end,
                                         relax.const([1, 1], "int64")))
     return R.astype(kept, dtype)
+
+
+def _scores_fit(emit, boxes, scores):
+    """``scores`` once their batch and box counts are known to be the boxes' (TOPI reads
+    boxes by the indices of scores unchecked, and emits those indices): at build time where
+    both dims are static; else checked at run time, the verdicts added into the scores (a
+    zero; a score of -0.0 becomes 0.0, which compares alike) so that NMS runs after them."""
+    corners = boxes.ty.shape.values[2]
+    if isinstance(corners, tirx.IntImm) and int(corners) != 4:
+        raise LoweringError(f"boxes are {boxes.ty}; expected 4 coordinates per box")
+    for box_axis, score_axis, name in ((0, 0, "batch"), (1, 2, "box count")):
+        want, have = boxes.ty.shape.values[box_axis], scores.ty.shape.values[score_axis]
+        if isinstance(want, tirx.IntImm) and isinstance(have, tirx.IntImm):
+            if int(want) != int(have):
+                raise LoweringError(f"scores {scores.ty} have a {name} of {int(have)}; expected "
+                                    f"the {int(want)} of boxes {boxes.ty}")
+            continue
+        verdict = dim_verdict(emit, scores, score_axis, want, want,
+                              f"NMS {emit.value_id!r}: {name} {{dim}} of the scores is out of "
+                              f"range; expected {{least}}, the {name} of the boxes")
+        scores = emit(R.add(scores, emit(R.astype(verdict, str(scores.ty.dtype)))))
+    return scores
 
 
 def _roi_layout(x, channels_last):

@@ -15,10 +15,12 @@ from ..registry import register
 from .common import (
     as_bool,
     check_axis,
+    checked_values,
     checked_verdict,
     check_integer,
     check_same_dtype,
     check_vector,
+    dim_verdict,
     static_dims,
 )
 
@@ -113,12 +115,24 @@ def compress(emit, x, condition, *, axis):
     check_axis(x, axis)
     size = x.ty.shape.values[axis]
     if isinstance(size, tirx.IntImm) and int(condition.ty.shape.values[0]) > int(size):
-        # Entries past the end of the axis select nothing.
+        # Entries past the end of the axis select nothing, as onnxruntime has it.
         condition = emit(R.strided_slice(condition, [0], [0], [int(size)]))
     positions = emit.with_shape(R.nonzero(as_bool(emit, condition)))  # (1, count)
     indices = emit(R.reshape(positions, [positions.ty.shape.values[1]]))
-    # "clip" keeps a condition longer than a dim known at run time only from reading past it.
+    if not isinstance(size, tirx.IntImm):
+        indices = emit(R.add(indices, emit(R.astype(_condition_fits(emit, x, condition, axis),
+                                                    str(indices.ty.dtype)))))
     return R.take(x, indices, axis, mode="clip")
+
+
+def _condition_fits(emit, x, condition, axis):
+    """The verdict of a run-time check that a condition is no longer than an axis known at
+    run time only, for the take to add: its entries past the end would select slices that do
+    not exist (a clipped take repeated the last one). (Cut to a static axis instead.)"""
+    length = int(condition.ty.shape.values[0])
+    return dim_verdict(emit, x, axis, length, np.iinfo(np.int64).max,
+                       f"Compress {emit.value_id!r}: condition length {length} is out of "
+                       f"range; expected at most {{dim}}, the length of axis {axis} of its input")
 
 
 @register("Stack")
@@ -207,14 +221,14 @@ def reshape_dynamic(emit, x, output_shape, *, allow_zero):
     check_vector(output_shape, "output_shape")
     check_integer(output_shape, "output_shape")
     in_dims = list(x.ty.shape.values)
-    if all(isinstance(d, tirx.IntImm) for d in in_dims):
-        # A shape of other than the input's elements would read past them: checked first,
-        # and the shape read after the check (adding its zero verdict).
-        verdict = emit(relax.call_pure_packed(
-            "odla_tvm.check_reshape", output_shape, f"Reshape {emit.value_id!r}",
-            bool(allow_zero), *[int(d) for d in in_dims],
-            ty_args=relax.TensorType((), str(output_shape.ty.dtype))))
-        output_shape = emit(R.add(output_shape, verdict))
+    # A shape of other than the input's elements would read past them: checked first (the
+    # input's dims, symbolic ones too, as the run binds them), and the shape read after the
+    # check (adding its zero verdict).
+    verdict = emit(relax.call_pure_packed(
+        "odla_tvm.check_reshape", output_shape, f"Reshape {emit.value_id!r}",
+        bool(allow_zero), *[relax.prim_value(d) for d in in_dims],
+        ty_args=relax.TensorType((), str(output_shape.ty.dtype))))
+    output_shape = emit(R.add(output_shape, verdict))
     requested = _runtime_dims(emit, output_shape, "output_shape")
     # ONNX's rules: 0 keeps the input's dim (unless allow_zero), -1 is what the element
     # count leaves.
@@ -279,11 +293,19 @@ def resize_dynamic(emit, x, scales, sizes, **interpolation):
     rank = x.ty.ndim
     if not 3 <= rank <= 5:
         raise LoweringError(f"input is {x.ty}; expected channels-first data of rank 3 to 5")
+    # Of each, the spatial entries (the others are ignored), checked: a size below 1 or a
+    # scale not positive and finite has no meaning, and a negative size would size a tensor.
+    what = f"ResizeDynamic {emit.value_id!r}"
     if sizes is None:
         check_vector(scales, "scales", rank)
-        sizes = emit.te(scaled_dims, list(x.ty.shape.values), scales)
-    check_vector(sizes, "sizes", rank)
-    spatial = emit(R.strided_slice(sizes, [0], [2], [rank]))
+        spatial = checked_values(emit, emit(R.strided_slice(scales, [0], [2], [rank])), what,
+                                 "scale", "a positive finite scale", lowest=0.0, nonzero=True,
+                                 first=2)
+        spatial = emit.te(scaled_dims, list(x.ty.shape.values)[2:], spatial)
+    else:
+        check_vector(sizes, "sizes", rank)
+        spatial = checked_values(emit, emit(R.strided_slice(sizes, [0], [2], [rank])), what,
+                                 "size", "at least 1", lowest=1, first=2)
     axes = list(range(2, rank))
     return _resize_axes(emit, x, axes, _runtime_dims(emit, spatial, "sizes"), **interpolation)
 
@@ -303,6 +325,11 @@ def slice_dynamic(emit, x, start, size, stride):
         check_vector(vector, name, rank)
         check_integer(vector, name)
     check_vector(size, "size", rank)
+    # Starts are clamped into the input (strided_gather), as ONNX clamps them; a negative
+    # size would size a tensor, and a step of 0 is no slice (ONNX calls it invalid).
+    what = f"SliceDynamic {emit.value_id!r}"
+    size = checked_values(emit, size, what, "size", "at least 0", lowest=0)
+    stride = checked_values(emit, stride, what, "stride", "a non-zero step", nonzero=True)
     return emit.te(strided_gather, x, start, stride, _runtime_dims(emit, size, "size"))
 
 
@@ -343,6 +370,10 @@ def tile(emit, x, *, repeats):
 def tile_dynamic(emit, x, repeat):
     rank = x.ty.ndim
     check_vector(repeat, "repeat", rank)
+    check_integer(repeat, "repeat")
+    # A negative repeat would size a tensor of negative dims; 0 is an empty result.
+    repeat = checked_values(emit, repeat, f"TileDynamic {emit.value_id!r}", "repeat",
+                            "at least 0", lowest=0)
     repeats = _runtime_dims(emit, repeat, "repeat")
     dims = [d * r for d, r in zip(x.ty.shape.values, repeats)]
     return emit.te(topi.dyn_tile, x, dims, rank)

@@ -222,11 +222,12 @@ def space_to_depth(node: Node):
 
 # -- slicing and gathering ---------------------------------------------------------------------
 
-def _slice_per_dim(x, axes, starts, ends, steps):
+def _slice_per_dim(node: Node, x, axes, starts, ends, steps):
     """Start, end and stride for every dim of ``x``, unsliced dims taken whole."""
     start, end, stride = [0] * rank(x), [INT_MAX] * rank(x), [1] * rank(x)
     for axis, s, e, step in zip(axes, starts, ends, steps):
-        start[axis % rank(x)], end[axis % rank(x)], stride[axis % rank(x)] = s, e, step
+        axis = node.axis(axis, x)
+        start[axis], end[axis], stride[axis] = s, e, step
     return start, end, stride
 
 
@@ -236,7 +237,7 @@ def slice_(node: Node):
     starts, ends = node.ints(1), node.ints(2)
     axes = node.ints(3, default=list(range(len(starts))))
     steps = node.ints(4, default=[1] * len(starts))
-    return odla.slice(x, *_slice_per_dim(x, axes, starts, ends, steps), value_id=node.id)
+    return odla.slice(x, *_slice_per_dim(node, x, axes, starts, ends, steps), value_id=node.id)
 
 
 @converter("Slice")
@@ -244,14 +245,14 @@ def slice_v1(node: Node):
     x = node.input(0)
     starts, ends = node.attr("starts"), node.attr("ends")
     axes = node.attr("axes") or list(range(len(starts)))
-    return odla.slice(x, *_slice_per_dim(x, axes, starts, ends, [1] * len(starts)),
+    return odla.slice(x, *_slice_per_dim(node, x, axes, starts, ends, [1] * len(starts)),
                       value_id=node.id)
 
 
 @converter("Split")
 def split(node: Node):
     x = node.input(0)
-    axis = node.attr("axis") % rank(x)
+    axis = node.axis(node.attr("axis"), x)
     size = static_dims(node, x)[axis]
     sizes = node.ints(1, "split") if node.opset >= 13 else node.attr("split")
     if not sizes:
@@ -271,13 +272,13 @@ def split(node: Node):
 @converter("Gather")
 def gather(node: Node):
     x = node.input(0)
-    return odla.gather(x, node.input(1), node.attr("axis") % rank(x), value_id=node.id)
+    return odla.gather(x, node.input(1), node.axis(node.attr("axis"), x), value_id=node.id)
 
 
 @converter("GatherElements")
 def gather_elements(node: Node):
     x = node.input(0)
-    return odla.gather_elements(x, node.input(1), node.attr("axis") % rank(x), value_id=node.id)
+    return odla.gather_elements(x, node.input(1), node.axis(node.attr("axis"), x), value_id=node.id)
 
 
 @converter("GatherND")
@@ -293,7 +294,7 @@ def compress(node: Node):
     if axis is None:  # compress the flattened input
         x = odla.reshape(x, (-1,))
         axis = 0
-    return odla.compress(x, node.input(1), axis % rank(x), value_id=node.id)
+    return odla.compress(x, node.input(1), node.axis(axis, x), value_id=node.id)
 
 
 @converter("OneHot")
@@ -338,7 +339,7 @@ def pad_v2(node: Node):
 def _pad(node: Node, x, pads, axes, fill):
     front, back = [0] * rank(x), [0] * rank(x)
     for axis, f, b in zip(axes, pads[:len(axes)], pads[len(axes):]):
-        front[axis % rank(x)], back[axis % rank(x)] = f, b
+        front[node.axis(axis, x)], back[node.axis(axis, x)] = f, b
     mode = node.attr("mode", "constant")
     if mode != "constant":  # edge, reflect, wrap: a gather of known indices per padded axis
         for axis, (f, b) in enumerate(zip(front, back)):
@@ -507,7 +508,7 @@ def _resize(node: Node, x, scales, sizes, axes, coordinate_mode, nearest_mode):
 @converter("Resize", since=11)
 def resize(node: Node):
     x = node.input(0)
-    axes = [a % rank(x) for a in node.attr("axes") or range(rank(x))]
+    axes = [node.axis(a, x) for a in node.attr("axes") or range(rank(x))]
     sizes = node.ints(3) if node.input(3) is not None and dims(node.input(3)) != (0,) else None
     scales = None if sizes is not None else node.array(2).reshape(-1)
     return _resize(node, x, scales, sizes, axes, node.attr("coordinate_transformation_mode"),
@@ -532,7 +533,7 @@ def upsample(node: Node):
 def center_crop_pad(node: Node):
     x = node.input(0)
     target = node.ints(1)
-    axes = [a % rank(x) for a in node.attr("axes") or range(rank(x))]
+    axes = [node.axis(a, x) for a in node.attr("axes") or range(rank(x))]
     sizes = list(static_dims(node, x))
     start, end = [0] * rank(x), list(sizes)
     front, back = [0] * rank(x), [0] * rank(x)

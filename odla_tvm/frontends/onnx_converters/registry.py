@@ -165,6 +165,15 @@ class Node:
         data = self.array(index) if index is not None else None
         return default if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
 
+    def axis(self, axis: int, x: Value) -> int:
+        """``axis`` of ``x`` counted from 0, once in ONNX's [-r, r-1]: one beyond would wrap
+        to another axis silently."""
+        r = rank(x)
+        if not -r <= int(axis) < r:
+            raise OdlaError(Status.INVALID_PARAM, f"{self.op_type} {self.id!r}: axis {axis} is "
+                            f"out of range; expected {-r} to {r - 1} for {x.id!r} of rank {r}")
+        return int(axis) % r
+
     def body(self, attr: str, inputs: list) -> list[Value]:
         """Converts the graph attribute ``attr`` (a branch or loop body) into the ODLA body
         that is open, its inputs bound to ``inputs``; returns its output values."""
