@@ -7,17 +7,8 @@ import math
 import numpy as np
 
 from ... import ops
-from ...types import ElementType as E
-from ...types import MemoryLayout as L
-from ...types import (
-    ReductionMode,
-    RnnDirection,
-    RnnGateOrder,
-    RnnOutputs,
-    RnnWeightFormat,
-    TfIdfMode,
-)
-from ...types import ValueType as VT
+from ...types import (ElementType as E, MemoryLayout as L, ReductionMode, RnnDirection,
+                      RnnGateOrder, RnnOutputs, RnnWeightFormat, TfIdfMode, ValueType as VT)
 from .registry import Node, constant, converter, dims, rank, scalar, static_dims, widened
 
 CF = L.CHANNELS_FIRST
