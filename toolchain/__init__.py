@@ -27,7 +27,8 @@ def cache_dir() -> str:
     """Where compiled objects are kept: in $ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm."""
     root = os.environ.get("ODLA_TVM_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "odla-tvm")
-    return os.path.join(root, "plugins")  # the name from when only plugins compiled C
+    # "plugins": the name from when only plugins compiled C, kept so cached objects still hit
+    return os.path.join(root, "plugins")
 
 
 def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++",
