@@ -55,11 +55,11 @@ from .asynchronous import (
 )
 from .bundle import export
 from .device import Device, allocate_device, available_devices, destroy_device, get_device_info
+from .execution import execute_computation
 from .executable import (
     Executable,
     compile_computation,
     destroy_executable,
-    execute_computation,
     get_arg_from_executable_by_idx,
     get_num_of_args_from_executable,
     get_num_of_outputs_from_executable,

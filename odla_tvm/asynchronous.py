@@ -15,7 +15,8 @@ from typing import Callable
 from .computation import Computation, _computation
 from .context import Context, _context
 from .device import Device, checked_device
-from .executable import Executable, _executable, execute_computation
+from .executable import Executable, _executable
+from .execution import execute_computation
 from .types import ComputeMode, ItemType, OdlaError, Status, odla_enum
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,6 @@ Raspberry Pi with ``bin/odla_runner`` and nothing else installed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,23 +19,20 @@ import numpy as np
 
 import targets
 
-from .computation import Computation
-from .device import Device
+from .computation import Computation, cache_dir_of
 from .executable import (
+    BUNDLE_FORMAT,
+    LIBRARY,
+    MANIFEST,
     Executable,
     _computation,
     _executable,
-    check_compatible,
-    executable_from_manifest,
+    _sha256,
 )
-from .tuning import cache_dir_of, target_spec
+from .tuning import target_spec
 from .types import ElementType, OdlaError, Status, numpy_dtype
 
 log = logging.getLogger(__name__)
-
-BUNDLE_FORMAT = "odla-tvm-bundle/1"
-LIBRARY = "model.so"
-MANIFEST = "manifest.json"
 
 
 def _file_names(ids: list[str]) -> list[str]:
@@ -48,10 +44,6 @@ def _file_names(ids: list[str]) -> list[str]:
             name += "_"
         names.append(name)
     return names
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _dims(slot: dict) -> str:
@@ -185,45 +177,3 @@ def _readme(manifest: dict, spec: targets.TargetSpec, with_runner: bool) -> str:
         "manifest.json lists every file with its sha256.",
     ]
     return "\n".join(text) + "\n"
-
-
-def load_bundle(path, device: Device | None = None) -> Executable:
-    """Loads an exported bundle after checking, before touching its library, that it was
-    built for this machine and this TVM and that no file is missing or altered."""
-    root = Path(path)
-    try:
-        manifest = json.loads((root / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise OdlaError(
-            Status.FILE_NOT_EXIST, f"{root} has no {MANIFEST}: not an odla-tvm bundle"
-        ) from None
-    except (OSError, ValueError) as err:
-        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} is unreadable: {err}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"{root / MANIFEST} has format {manifest.get('format') if isinstance(manifest, dict) else None!r}; "
-            f"expected {BUNDLE_FORMAT!r}",
-        )
-    device = check_compatible(manifest, device, f"bundle {root}")
-    try:
-        files = manifest.get("files", {})
-        for name, digest in files.items():
-            file = root / name
-            if not file.is_file():
-                raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
-            if _sha256(file) != digest:
-                raise OdlaError(
-                    Status.INVALID_PARAM,
-                    f"bundle file {name} was altered: its sha256 differs from the manifest's",
-                )
-        if LIBRARY not in files:
-            raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
-        module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index)
-        variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
-        return executable_from_manifest(module, device, manifest, variables)
-    except OdlaError:
-        raise
-    except Exception as err:  # noqa: BLE001 (an altered manifest fails in many ways)
-        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not describe a loadable "
-                        f"bundle: {type(err).__name__}: {err}") from None

@@ -331,16 +331,8 @@ class Computation:
         values and ``params`` (its loop variables) are not operands of later ops."""
         return self._graph.close_scope([v.handle for v in results], [v.handle for v in params])
 
-    # -- the same operations as the ODLA functions, for those who prefer objects -------------
-    def compile(self, device=None):
-        from .executable import compile_computation
-
-        return compile_computation(self, device)
-
-    def execute(self, context, mode=0, device=None) -> None:
-        from .executable import execute_computation
-
-        execute_computation(self, context, mode, device)
+    # compile(device=None) and execute(context, mode, device=None), the ODLA functions as
+    # methods, are set by odla_tvm.execution: compiling builds on this module.
 
     def shape_bounds(self) -> dict[str, tuple[tuple, tuple]]:
         """Per argument with declared limits: the smallest and largest run-time shapes."""
@@ -487,6 +479,18 @@ def checked_array(data, value_type: ValueType, what: str, shape=None) -> np.ndar
             f"{what} has shape {array.shape}; expected {expected.dims} (-1: any size)",
         )
     return array
+
+
+def cache_dir_of(computation: Computation, cache_dir=None):
+    """The cache directory to use: ``cache_dir``, else the computation's CACHE_DIR item, else
+    None (the default: $ODLA_TVM_CACHE_DIR or the user's cache directory)."""
+    chosen = cache_dir if cache_dir is not None else computation.items.get(ItemType.CACHE_DIR)
+    if chosen is not None and not isinstance(chosen, (str, os.PathLike)):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"cache directory is a {type(chosen).__name__} ({chosen!r}); expected a path",
+        )
+    return chosen
 
 
 # -- the ODLA functions (odla_compute.h, odla_value.h, odla_ops_basic.h) ----------------------

@@ -8,27 +8,32 @@ import json
 import os
 import struct
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
 import targets
 
 from . import profiler
-from .computation import Computation, Value, ValueKind, _computation, _index, check_fits_in_memory
+from .computation import (
+    Computation,
+    Value,
+    ValueKind,
+    _computation,
+    _index,
+    cache_dir_of,
+    check_fits_in_memory,
+)
 from .context import Context, _context
 from .device import Device, checked_device
-from .tuning import cache_dir_of
-from .types import (
-    ComputeMode,
-    ItemType,
-    OdlaError,
-    Status,
-    ValueType,
-    checked,
-    odla_enum,
-    run_failure,
-)
+from .types import ItemType, OdlaError, Status, ValueType, checked, run_failure
 from .version import __version__
+
+# An exported bundle (odla_tvm.bundle writes them; load_executable reads them): a directory
+# with the library, its parameters and a manifest listing every file with its sha256.
+BUNDLE_FORMAT = "odla-tvm-bundle/1"
+LIBRARY = "model.so"
+MANIFEST = "manifest.json"
 
 _MAGIC = b"ODLATVM\0"
 _FORMAT_VERSION = 1
@@ -245,27 +250,6 @@ def compile_outputs(comp: Computation, device: Device, args: list[Value],
     return executable
 
 
-def execute_computation(computation: Computation, context: Context,
-                        mode: ComputeMode = ComputeMode.DEFAULT, device: Device | None = None) -> None:
-    """Runs a computation, compiling it on first use for this device and caching the result;
-    in TRAINING mode runs one training step (odla_tvm.training)."""
-    comp = _computation(computation)
-    mode = odla_enum(ComputeMode, mode, "compute mode")
-    if mode is ComputeMode.TRAINING:
-        from .training import training_step  # training builds on this module
-
-        training_step(comp, context, device)
-        return
-    device = checked_device(device)
-    key = (device.key, comp.revision)
-    with comp.compile_lock:  # concurrent first runs compile once
-        if key not in comp.executables:
-            comp.executables = {k: v for k, v in comp.executables.items() if k[1] == comp.revision}
-            comp.executables[key] = compile_computation(comp, device)
-        executable = comp.executables[key]
-    executable.launch(context)
-
-
 def launch_executable(executable: Executable, context: Context) -> None:
     _executable(executable).launch(context)
 
@@ -326,8 +310,6 @@ def load_executable(location, device: Device | None = None) -> Executable:
                 f"location is a {type(location).__name__}; expected a file path or bytes",
             ) from None
         if os.path.isdir(path):
-            from .bundle import load_bundle  # bundle builds on this module
-
             return load_bundle(path, device)
         if not os.path.isfile(path):
             raise OdlaError(Status.FILE_NOT_EXIST, f"executable file {path!r} does not exist")
@@ -344,6 +326,52 @@ def load_executable(location, device: Device | None = None) -> Executable:
         raise
     except Exception as err:  # noqa: BLE001
         raise _corrupt(f"its contents do not load ({err})") from None
+
+
+def load_bundle(path, device: Device | None = None) -> Executable:
+    """Loads an exported bundle after checking, before touching its library, that it was
+    built for this machine and this TVM and that no file is missing or altered."""
+    root = Path(path)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise OdlaError(
+            Status.FILE_NOT_EXIST, f"{root} has no {MANIFEST}: not an odla-tvm bundle"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} is unreadable: {err}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{root / MANIFEST} has format {manifest.get('format') if isinstance(manifest, dict) else None!r}; "
+            f"expected {BUNDLE_FORMAT!r}",
+        )
+    device = check_compatible(manifest, device, f"bundle {root}")
+    try:
+        files = manifest.get("files", {})
+        for name, digest in files.items():
+            file = root / name
+            if not file.is_file():
+                raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
+            if _sha256(file) != digest:
+                raise OdlaError(
+                    Status.INVALID_PARAM,
+                    f"bundle file {name} was altered: its sha256 differs from the manifest's",
+                )
+        if LIBRARY not in files:
+            raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
+        module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index)
+        variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
+        return executable_from_manifest(module, device, manifest, variables)
+    except OdlaError:
+        raise
+    except Exception as err:  # noqa: BLE001 (an altered manifest fails in many ways)
+        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not describe a loadable "
+                        f"bundle: {type(err).__name__}: {err}") from None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def check_compatible(manifest: dict, device: Device | None, what: str) -> Device:

@@ -13,21 +13,9 @@ from numbers import Real
 
 import targets
 
-from .computation import Computation, _computation, destroy_computation
+from .computation import Computation, _computation, cache_dir_of, destroy_computation
 from .device import Device, allocate_device, checked_device
-from .types import DeviceName, ItemType, OdlaError, Status, check_count
-
-
-def cache_dir_of(computation: Computation, cache_dir=None):
-    """The cache directory to use: ``cache_dir``, else the computation's CACHE_DIR item, else
-    None (the default: $ODLA_TVM_CACHE_DIR or the user's cache directory)."""
-    chosen = cache_dir if cache_dir is not None else computation.items.get(ItemType.CACHE_DIR)
-    if chosen is not None and not isinstance(chosen, (str, os.PathLike)):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"cache directory is a {type(chosen).__name__} ({chosen!r}); expected a path",
-        )
-    return chosen
+from .types import DeviceName, OdlaError, Status, check_count
 
 
 def target_spec(target) -> targets.TargetSpec:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import tirx
 
+from toolchain import compile_object
+
 from .errors import LoweringError
 
 # (input shapes and dtypes, attributes) -> one (shape, dtype) per output
@@ -56,8 +58,6 @@ def c_function_module(implementation: CustomOpImplementation, inputs: int,
                       outputs: int) -> tuple[str, list[tvm.runtime.Module]]:
     """The exported name of a wrapper that calls the C function with the tensors' DLTensors,
     and the modules (the C code, the wrapper) that export_library links into the model."""
-    from targets.plugins import compile_object  # the C toolchain lives with the targets
-
     name = implementation.function_name
     wrapper = f"odla_custom_{name}_{inputs}_{outputs}"
     params = ", ".join(f"tvm::ffi::TensorView t{i}" for i in range(inputs + outputs))

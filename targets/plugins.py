@@ -17,22 +17,17 @@ Everything the plugin does not take stays with TVM's own code generation in the 
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 
 import tvm
-import tvm_ffi.libinfo
 from tvm import relax
 from tvm.relax.dpl import DFPattern
+
+import toolchain
 
 log = logging.getLogger(__name__)
 
@@ -321,51 +316,10 @@ def _op_calls(composite: relax.Function) -> tuple[list[relax.Call], list[tuple]]
     return calls, arguments
 
 
-def cache_dir() -> str:
-    """Where compiled plugin objects are kept: $ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm."""
-    root = os.environ.get("ODLA_TVM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "odla-tvm")
-    return os.path.join(root, "plugins")
-
-
-def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++",
-                   language: str = "c++", headers: Sequence[str] = ()) -> str:
-    """Compiles ``source`` in ``language`` ("c++", which may include tvm/ffi headers, or "c")
-    to a position-independent object file, cached by the source, the text of ``headers`` (the
-    files of one's own it includes), flags and compiler; returns its path."""
-    if shutil.which(compiler) is None:
-        raise PluginUnavailable(f"{compiler} is not installed; plugins compile their kernels "
-                                "with it: apt-get install g++")
-    standard = "-std=c++17" if language == "c++" else "-std=c11"
-    command = [compiler, "-x", language, standard, "-O2", "-fPIC", "-c", *flags,
-               "-I", tvm_ffi.libinfo.find_include_path(),
-               "-I", tvm_ffi.libinfo.find_dlpack_include_path()]
-    # The headers' text counts: an object built against an older struct layout segfaults.
-    included = [Path(header).read_text() for header in headers]
-    digest = hashlib.sha256("\0".join([source, *included, *command]).encode()).hexdigest()[:20]
-    directory = cache_dir()
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"{digest}.o")
-    if os.path.exists(path):
-        return path
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        source_path = os.path.join(tmp, "kernels.cc" if language == "c++" else "kernels.c")
-        with open(source_path, "w") as f:
-            f.write(source)
-        built = subprocess.run([*command, source_path, "-o", os.path.join(tmp, "kernels.o")],
-                               capture_output=True, text=True)
-        if built.returncode:
-            errors = [line for line in built.stderr.splitlines() if "error" in line]
-            raise RuntimeError(f"{compiler} failed on {language} code: "
-                               f"{(errors or built.stderr.splitlines() or ['no message'])[0]}")
-        os.replace(os.path.join(tmp, "kernels.o"), path)  # atomic: concurrent builds agree
-    return path
-
-
 def static_library(source: str, function_names: Sequence[str],
                    flags: Sequence[str] = (), headers: Sequence[str] = ()) -> tvm.runtime.Module:
     """A runtime module of the functions ``source`` exports (TVM_FFI_DLL_EXPORT_TYPED_FUNC),
     which export_library links into the model's shared library; ``headers`` as for
-    compile_object."""
-    return tvm.runtime.load_static_library(compile_object(source, flags, headers=headers),
+    toolchain.compile_object."""
+    return tvm.runtime.load_static_library(toolchain.compile_object(source, flags, headers=headers),
                                            list(function_names))

@@ -17,8 +17,9 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
+from toolchain import ToolchainMissing
+
 from .registry import TargetSpec
-from .runtime import ToolchainMissing
 
 log = logging.getLogger(__name__)
 

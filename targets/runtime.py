@@ -15,6 +15,8 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
+from toolchain import ToolchainMissing
+
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
@@ -27,10 +29,6 @@ log = logging.getLogger(__name__)
 # host code is compiled and tuned for every usable core, so it runs on as many. Read when the
 # pool starts, at the first parallel kernel.
 os.environ.setdefault("TVM_NUM_THREADS", str(cpu_count()))
-
-
-class ToolchainMissing(RuntimeError):
-    """The compiler that links for a target is not installed; the message says how to get it."""
 
 
 def _fcompile(spec: TargetSpec):

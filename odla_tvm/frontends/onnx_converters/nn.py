@@ -6,11 +6,9 @@ import math
 
 import numpy as np
 
-import odla_tvm as odla
-from odla_tvm import ElementType as E
-from odla_tvm import MemoryLayout as L
-from odla_tvm import ValueType as VT
-
+from ... import ops
+from ...types import (ElementType as E, MemoryLayout as L, ReductionMode, RnnDirection,
+                      RnnGateOrder, RnnOutputs, RnnWeightFormat, TfIdfMode, ValueType as VT)
 from .registry import Node, constant, converter, dims, rank, scalar, static_dims, widened
 
 CF = L.CHANNELS_FIRST
@@ -47,8 +45,8 @@ def _window(node: Node, x, kernel_dims):
 def convolution(node: Node, x, w, b=None, value_id=None):
     """ONNX's Conv of ``x`` and ``w`` by the node's window attributes."""
     _, strides, dilations, front, back = _window(node, x, dims(w)[2:])
-    return odla.conv(x, CF, node.attr("group", 1), w, L.OIS, strides, dilations, front, back,
-                     bias=b, value_id=value_id)
+    return ops.nn.conv(x, CF, node.attr("group", 1), w, L.OIS, strides, dilations, front, back,
+                       bias=b, value_id=value_id)
 
 
 @converter("Conv")
@@ -91,8 +89,8 @@ def conv_transpose(node: Node):
         natural = [s * (n - 1) + (k - 1) * d + 1 - f - bk for n, s, k, d, f, bk in
                    zip(static_dims(node, x)[2:], strides, kernel, dilations, front, back)]
         output_dims = [dims(x)[0], dims(w)[1] * group] + [n + e for n, e in zip(natural, extra)]
-    return odla.de_conv(x, CF, group, w, L.IOS, strides, dilations, front, back, bias=b,
-                        output_dims=output_dims, value_id=node.id)
+    return ops.nn.de_conv(x, CF, group, w, L.IOS, strides, dilations, front, back, bias=b,
+                          output_dims=output_dims, value_id=node.id)
 
 
 def _ceil_mode_padding(node: Node, x, kernel, strides, dilations, front, back):
@@ -144,14 +142,14 @@ class _PoolWindow:
                 zip(self.back, reach, self.dilations, counts, self.strides, self.front,
                     shape[2:])]
         inside = np.pad(np.ones(shape[2:], bool), list(zip(self.front, back)))
-        padded = odla.pad(x, [0, 0, *self.front], [0, 0, *back])
+        padded = ops.process.pad(x, [0, 0, *self.front], [0, 0, *back])
         if fill != 0:
-            padded = odla.select(constant(inside), padded, scalar(x, fill))
+            padded = ops.math.select(constant(inside), padded, scalar(x, fill))
         for offset in np.ndindex(*reach):
             begin = [o * d for o, d in zip(offset, self.dilations)]
             end = [b + (c - 1) * s + 1 for b, c, s in zip(begin, counts, self.strides)]
-            part = odla.slice(padded, [0, 0, *begin], [*shape[:2], *end],
-                              [1, 1, *self.strides])
+            part = ops.process.slice(padded, [0, 0, *begin], [*shape[:2], *end],
+                                     [1, 1, *self.strides])
             yield part, tuple(slice(b, e, s) for b, e, s in zip(begin, end, self.strides))
 
     def pool(self, node: Node, x, combine, fill):
@@ -185,14 +183,14 @@ class _PoolWindow:
             if best is None:
                 best, index = part, where
                 continue
-            better = odla.greater(part, best)
-            best, index = odla.select(better, part, best), odla.select(better, where, index)
+            better = ops.math.greater(part, best)
+            best, index = ops.math.select(better, part, best), ops.math.select(better, where, index)
         return best, index
 
 
 def _averaged(node: Node, w: _PoolWindow, total, input_cells, declared_cells, value_id=None):
     divisor = declared_cells if node.attr("count_include_pad", 0) else input_cells
-    return odla.div(total, constant(divisor.astype(w.x.type.dtype)), value_id=value_id)
+    return ops.math.div(total, constant(divisor.astype(w.x.type.dtype)), value_id=value_id)
 
 
 @converter("MaxPool")
@@ -200,12 +198,12 @@ def max_pool(node: Node):
     w = _PoolWindow(node)
     if node.wants(1):
         values, indices = w.max_with_indices(node)
-        return [odla.cast(values, values.element_type, value_id=node.id),
-                odla.cast(indices, indices.element_type, value_id=node.ids[1])]
+        return [ops.process.cast(values, values.element_type, value_id=node.id),
+                ops.process.cast(indices, indices.element_type, value_id=node.ids[1])]
     if w.dilated:
-        result, _, _ = w.pool(node, w.x, odla.max, -np.inf)
-        return odla.cast(result, result.element_type, value_id=node.id)
-    return odla.max_pool(w.x, CF, w.kernel, w.strides, w.front, w.back, value_id=node.id)
+        result, _, _ = w.pool(node, w.x, ops.math.max, -np.inf)
+        return ops.process.cast(result, result.element_type, value_id=node.id)
+    return ops.nn.max_pool(w.x, CF, w.kernel, w.strides, w.front, w.back, value_id=node.id)
 
 
 @converter("AveragePool")
@@ -213,9 +211,9 @@ def average_pool(node: Node):
     w = _PoolWindow(node)
     include = bool(node.attr("count_include_pad", 0))
     if w.dilated or (include and w.back != w.declared_back):
-        return _averaged(node, w, *w.pool(node, w.x, odla.add, 0), value_id=node.id)
-    return odla.average_pool(w.x, CF, w.kernel, w.strides, w.front, w.back, include,
-                             value_id=node.id)
+        return _averaged(node, w, *w.pool(node, w.x, ops.math.add, 0), value_id=node.id)
+    return ops.nn.average_pool(w.x, CF, w.kernel, w.strides, w.front, w.back, include,
+                               value_id=node.id)
 
 
 @converter("LpPool")
@@ -223,14 +221,14 @@ def lp_pool(node: Node):
     w = _PoolWindow(node)
     x = w.x
     p = float(node.attr("p"))
-    powered = odla.pow(odla.abs(x), scalar(x, p))
+    powered = ops.math.pow(ops.math.abs(x), scalar(x, p))
     if w.dilated or w.back != w.declared_back:
-        window_sum, _, _ = w.pool(node, powered, odla.add, 0)
+        window_sum, _, _ = w.pool(node, powered, ops.math.add, 0)
     else:
-        window_sum = odla.mul(odla.average_pool(powered, CF, w.kernel, w.strides, w.front,
-                                                w.back, True),
-                              scalar(x, float(np.prod(w.kernel))))
-    return odla.pow(window_sum, scalar(x, 1.0 / p), value_id=node.id)
+        window_sum = ops.math.mul(ops.nn.average_pool(powered, CF, w.kernel, w.strides, w.front,
+                                                      w.back, True),
+                                  scalar(x, float(np.prod(w.kernel))))
+    return ops.math.pow(window_sum, scalar(x, 1.0 / p), value_id=node.id)
 
 
 def _global_pool(op):
@@ -242,8 +240,8 @@ def _global_pool(op):
     return convert
 
 
-converter("GlobalAveragePool")(_global_pool(odla.reduce_mean))
-converter("GlobalMaxPool")(_global_pool(odla.reduce_max))
+converter("GlobalAveragePool")(_global_pool(ops.math.reduce_mean))
+converter("GlobalMaxPool")(_global_pool(ops.math.reduce_max))
 
 
 @converter("MaxRoiPool")
@@ -251,21 +249,21 @@ def max_roi_pool(node: Node):
     x, rois = node.inputs
     height, width = node.attr("pooled_shape")
     output_dim = (dims(rois)[0], dims(x)[1], height, width)
-    return odla.roi_max_pool(x, CF, rois, height, width, node.attr("spatial_scale"), output_dim,
-                             value_id=node.id)
+    return ops.nn.roi_max_pool(x, CF, rois, height, width, node.attr("spatial_scale"), output_dim,
+                               value_id=node.id)
 
 
 @converter("RoiAlign")
 def roi_align(node: Node):
     x, rois, batch_indices = node.inputs
-    batch_column = odla.reshape(odla.cast(batch_indices, rois.element_type), (-1, 1))
-    rois_with_batch = odla.concat([batch_column, rois], 1)
+    batch_column = ops.process.reshape(ops.process.cast(batch_indices, rois.element_type), (-1, 1))
+    rois_with_batch = ops.process.concat([batch_column, rois], 1)
     height, width = node.attr("output_height"), node.attr("output_width")
     output_dim = (dims(rois)[0], dims(x)[1], height, width)
-    return odla.roi_align(x, CF, rois_with_batch, node.attr("sampling_ratio"),
-                          node.attr("spatial_scale"), output_dim, value_id=node.id,
-                          mode=node.attr("mode"),
-                          half_pixel=node.attr("coordinate_transformation_mode") == "half_pixel")
+    return ops.nn.roi_align(x, CF, rois_with_batch, node.attr("sampling_ratio"),
+                            node.attr("spatial_scale"), output_dim, value_id=node.id,
+                            mode=node.attr("mode"),
+                            half_pixel=node.attr("coordinate_transformation_mode") == "half_pixel")
 
 
 # -- activations -------------------------------------------------------------------------------
@@ -278,30 +276,32 @@ def _activation(op, *attr_names):
 
 
 for _op_type, _op, _attrs in (
-    ("Relu", odla.relu, ()), ("Sigmoid", odla.sigmoid, ()), ("Softplus", odla.softplus, ()),
-    ("Softsign", odla.softsign, ()), ("HardSwish", odla.hard_swish, ()),
-    ("Elu", odla.elu, ("alpha",)), ("Celu", odla.celu, ("alpha",)),
-    ("LeakyRelu", odla.leaky_relu, ("alpha",)), ("ThresholdedRelu", odla.thresholded_relu, ("alpha",)),
-    ("Selu", odla.selu, ("alpha", "gamma")), ("HardSigmoid", odla.hard_sigmoid, ("alpha", "beta")),
-    ("Shrink", odla.shrink, ("bias", "lambd")), ("Swish", odla.swish, ("alpha",)),
+    ("Relu", ops.nn.relu, ()), ("Sigmoid", ops.nn.sigmoid, ()), ("Softplus", ops.nn.softplus, ()),
+    ("Softsign", ops.nn.softsign, ()), ("HardSwish", ops.nn.hard_swish, ()),
+    ("Elu", ops.nn.elu, ("alpha",)), ("Celu", ops.nn.celu, ("alpha",)),
+    ("LeakyRelu", ops.nn.leaky_relu, ("alpha",)),
+    ("ThresholdedRelu", ops.nn.thresholded_relu, ("alpha",)),
+    ("Selu", ops.nn.selu, ("alpha", "gamma")),
+    ("HardSigmoid", ops.nn.hard_sigmoid, ("alpha", "beta")),
+    ("Shrink", ops.nn.shrink, ("bias", "lambd")), ("Swish", ops.nn.swish, ("alpha",)),
 ):
     converter(_op_type)(_activation(_op, *_attrs))
 
 
 @converter("Gelu")
 def gelu(node: Node):
-    return odla.gelu(node.input(0), node.attr("approximate") == "tanh", value_id=node.id)
+    return ops.nn.gelu(node.input(0), node.attr("approximate") == "tanh", value_id=node.id)
 
 
 @converter("PRelu")
 def prelu(node: Node):
-    return odla.prelu(node.input(0), node.input(1), value_id=node.id)
+    return ops.nn.prelu(node.input(0), node.input(1), value_id=node.id)
 
 
 @converter("Mish")
 def mish(node: Node):
     x = node.input(0)
-    return odla.mul(x, odla.tanh(odla.softplus(x)), value_id=node.id)
+    return ops.math.mul(x, ops.math.tanh(ops.nn.softplus(x)), value_id=node.id)
 
 
 def _softmax_like(op):
@@ -313,15 +313,15 @@ def _softmax_like(op):
         if node.opset >= 13 or axis == rank(x) - 1:
             return op(x, axis, value_id=node.id)
         shape = static_dims(node, x)
-        flat = odla.reshape(x, (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
-        return odla.reshape(op(flat, 1), shape, value_id=node.id)
+        flat = ops.process.reshape(x, (int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
+        return ops.process.reshape(op(flat, 1), shape, value_id=node.id)
 
     return convert
 
 
-converter("Softmax")(_softmax_like(odla.softmax))
-converter("LogSoftmax")(_softmax_like(odla.log_softmax))
-converter("Hardmax")(_softmax_like(odla.hardmax))
+converter("Softmax")(_softmax_like(ops.nn.softmax))
+converter("LogSoftmax")(_softmax_like(ops.nn.log_softmax))
+converter("Hardmax")(_softmax_like(ops.nn.hardmax))
 
 
 # -- normalizations ----------------------------------------------------------------------------
@@ -332,21 +332,21 @@ def batch_normalization(node: Node):
         raise node.unsupported("spatial=0 (per-activation statistics)")
     x, scale, offset, mean, var = node.inputs[:5]
     if not node.attr("training_mode", 0):
-        return odla.batch_normalization(x, CF, mean, var, node.attr("epsilon"), scale, offset,
-                                        value_id=node.id)
+        return ops.nn.batch_normalization(x, CF, mean, var, node.attr("epsilon"), scale, offset,
+                                          value_id=node.id)
     # Training: normalized by the batch's statistics, which also update the running ones.
     axes = [0] + list(range(2, rank(x)))
-    batch_mean = odla.reduce_mean(x, len(axes), axes, False)
-    centered = odla.sub(x, odla.reshape(batch_mean, [-1] + [1] * (rank(x) - 2)))
-    batch_var = odla.reduce_mean(odla.mul(centered, centered), len(axes), axes, False)
-    y = odla.batch_normalization(x, CF, batch_mean, batch_var, node.attr("epsilon"), scale,
-                                 offset, value_id=node.id)
+    batch_mean = ops.math.reduce_mean(x, len(axes), axes, False)
+    centered = ops.math.sub(x, ops.process.reshape(batch_mean, [-1] + [1] * (rank(x) - 2)))
+    batch_var = ops.math.reduce_mean(ops.math.mul(centered, centered), len(axes), axes, False)
+    y = ops.nn.batch_normalization(x, CF, batch_mean, batch_var, node.attr("epsilon"), scale,
+                                   offset, value_id=node.id)
     momentum = node.attr("momentum")
 
     def running(old, new, index):
-        return odla.add(odla.mul(old, scalar(old, momentum)),
-                        odla.mul(new, scalar(new, 1 - momentum)),
-                        value_id=node.ids[index] if node.wants(index) else None)
+        return ops.math.add(ops.math.mul(old, scalar(old, momentum)),
+                            ops.math.mul(new, scalar(new, 1 - momentum)),
+                            value_id=node.ids[index] if node.wants(index) else None)
 
     return [y, running(mean, batch_mean, 1), running(var, batch_var, 2)]
 
@@ -354,8 +354,8 @@ def batch_normalization(node: Node):
 @converter("InstanceNormalization")
 def instance_normalization(node: Node):
     x, scale, offset = node.inputs
-    return odla.instance_normalization(x, CF, node.attr("epsilon"), scale, offset,
-                                       value_id=node.id)
+    return ops.nn.instance_normalization(x, CF, node.attr("epsilon"), scale, offset,
+                                         value_id=node.id)
 
 
 @converter("GroupNormalization")
@@ -365,26 +365,26 @@ def group_normalization(node: Node):
     if node.opset < 21:  # scale and bias per group, not yet per channel
         repeats = dims(x)[1] // groups
         scale, offset = (constant(np.repeat(node.array(i), repeats)) for i in (1, 2))
-    return odla.group_normalization(x, CF, groups, node.attr("epsilon"), scale, offset,
-                                    value_id=node.id)
+    return ops.nn.group_normalization(x, CF, groups, node.attr("epsilon"), scale, offset,
+                                      value_id=node.id)
 
 
 @converter("LRN")
 def lrn(node: Node):
-    return odla.lrn(node.input(0), CF, node.attr("size"), node.attr("alpha"), node.attr("beta"),
-                    node.attr("bias"), value_id=node.id)
+    return ops.nn.lrn(node.input(0), CF, node.attr("size"), node.attr("alpha"), node.attr("beta"),
+                      node.attr("bias"), value_id=node.id)
 
 
 @converter("LpNormalization")
 def lp_normalization(node: Node):
-    return odla.lp_normalize(node.input(0), node.attr("p"), CF, 1, [node.attr("axis")], 0.0,
-                             value_id=node.id)
+    return ops.nn.lp_normalize(node.input(0), node.attr("p"), CF, 1, [node.attr("axis")], 0.0,
+                               value_id=node.id)
 
 
 @converter("MeanVarianceNormalization")
 def mean_variance_normalization(node: Node):
     axes = node.attr("axes")
-    return odla.layer_norm(node.input(0), len(axes), axes, 0.0, value_id=node.id)
+    return ops.nn.layer_norm(node.input(0), len(axes), axes, 0.0, value_id=node.id)
 
 
 @converter("LayerNormalization")
@@ -393,14 +393,14 @@ def layer_normalization(node: Node):
     axis = node.attr("axis") % rank(x)
     axes = list(range(axis, rank(x)))
     epsilon = node.attr("epsilon")
-    y = odla.layer_norm(x, len(axes), axes, epsilon, scale, offset, value_id=node.id)
+    y = ops.nn.layer_norm(x, len(axes), axes, epsilon, scale, offset, value_id=node.id)
     if not (node.wants(1) or node.wants(2)):
         return y
-    mean = odla.reduce_mean(x, len(axes), axes, True, value_id=node.ids[1] or None)
-    centered = odla.sub(x, mean)
-    variance = odla.reduce_mean(odla.mul(centered, centered), len(axes), axes, True)
-    inv_std = odla.rsqrt(odla.add(variance, scalar(x, epsilon)),
-                         value_id=node.ids[2] if node.wants(2) else None)
+    mean = ops.math.reduce_mean(x, len(axes), axes, True, value_id=node.ids[1] or None)
+    centered = ops.math.sub(x, mean)
+    variance = ops.math.reduce_mean(ops.math.mul(centered, centered), len(axes), axes, True)
+    inv_std = ops.math.rsqrt(ops.math.add(variance, scalar(x, epsilon)),
+                             value_id=node.ids[2] if node.wants(2) else None)
     return [y, mean, inv_std]
 
 
@@ -409,9 +409,9 @@ def rms_normalization(node: Node):
     x, scale = node.input(0), node.input(1)
     axis = node.attr("axis") % rank(x)
     axes = list(range(axis, rank(x)))
-    mean_square = odla.reduce_mean(odla.mul(x, x), len(axes), axes, True)
-    inv_rms = odla.rsqrt(odla.add(mean_square, scalar(x, node.attr("epsilon"))))
-    return odla.mul(odla.mul(x, inv_rms), scale, value_id=node.id)
+    mean_square = ops.math.reduce_mean(ops.math.mul(x, x), len(axes), axes, True)
+    inv_rms = ops.math.rsqrt(ops.math.add(mean_square, scalar(x, node.attr("epsilon"))))
+    return ops.math.mul(ops.math.mul(x, inv_rms), scale, value_id=node.id)
 
 
 @converter("Dropout")
@@ -433,8 +433,8 @@ def dropout(node: Node):
 def topk(node: Node):
     x = node.input(0)
     k = node.attr("k") if node.opset < 10 else int(node.array(1).reshape(-1)[0])
-    return odla.topk(x, k, node.attr("largest", 1), node.attr("sorted", 1), node.attr("axis"),
-                     x.type, VT(E.INT64, ()), [i or None for i in node.ids][:2])
+    return ops.nn.topk(x, k, node.attr("largest", 1), node.attr("sorted", 1), node.attr("axis"),
+                       x.type, VT(E.INT64, ()), [i or None for i in node.ids][:2])
 
 
 @converter("NonMaxSuppression")
@@ -446,18 +446,18 @@ def non_max_suppression(node: Node):
     if max_per_class == 0:
         return node.constant_output(np.zeros((0, 3), np.int64))
     if node.attr("center_point_box"):  # (x center, y center, width, height) to corners
-        center = odla.slice(boxes, (0, 0, 0), (*dims(boxes)[:2], 2), (1, 1, 1))
-        size = odla.slice(boxes, (0, 0, 2), (*dims(boxes)[:2], 4), (1, 1, 1))
-        half = odla.mul(size, scalar(boxes, 0.5))
-        corners = odla.concat([odla.sub(center, half), odla.add(center, half)], 2)
-        boxes = odla.gather(corners, constant(np.array([1, 0, 3, 2], np.int64)), 2)
-    return odla.nms(boxes, scores, max_per_class, iou, score, VT(E.INT64, (-1, 3)),
-                    value_id=node.id)
+        center = ops.process.slice(boxes, (0, 0, 0), (*dims(boxes)[:2], 2), (1, 1, 1))
+        size = ops.process.slice(boxes, (0, 0, 2), (*dims(boxes)[:2], 4), (1, 1, 1))
+        half = ops.math.mul(size, scalar(boxes, 0.5))
+        corners = ops.process.concat([ops.math.sub(center, half), ops.math.add(center, half)], 2)
+        boxes = ops.process.gather(corners, constant(np.array([1, 0, 3, 2], np.int64)), 2)
+    return ops.nn.nms(boxes, scores, max_per_class, iou, score, VT(E.INT64, (-1, 3)),
+                      value_id=node.id)
 
 
 # -- recurrent layers --------------------------------------------------------------------------
-_DIRECTIONS = {"forward": odla.RnnDirection.FORWARD, "reverse": odla.RnnDirection.REVERSE,
-               "bidirectional": odla.RnnDirection.BIDIRECTIONAL}
+_DIRECTIONS = {"forward": RnnDirection.FORWARD, "reverse": RnnDirection.REVERSE,
+               "bidirectional": RnnDirection.BIDIRECTIONAL}
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
                         "RNN": ["Tanh"]}
 
@@ -475,30 +475,30 @@ def _recurrent(node: Node, build):
     batch_major = node.attr("layout", 0) == 1
     x = node.input(0)
     if batch_major:
-        x = odla.transpose(x, (1, 0, 2))
+        x = ops.process.transpose(x, (1, 0, 2))
     state_outputs = [node.wants(i) for i in range(1, len(node.ids))]
-    wanted = odla.RnnOutputs.HIDDEN_STATE if any(state_outputs) else odla.RnnOutputs.NO_STATE
+    wanted = RnnOutputs.HIDDEN_STATE if any(state_outputs) else RnnOutputs.NO_STATE
     if node.op_type == "LSTM" and len(state_outputs) > 1 and state_outputs[1]:
-        wanted = odla.RnnOutputs.HIDDEN_CELL_STATE
+        wanted = RnnOutputs.HIDDEN_CELL_STATE
     results = build(x, direction, wanted)
     if batch_major:
-        results = [odla.transpose(results[0], (2, 0, 1, 3))] + \
-                  [odla.transpose(r, (1, 0, 2)) for r in results[1:]]
+        results = [ops.process.transpose(results[0], (2, 0, 1, 3))] + \
+                  [ops.process.transpose(r, (1, 0, 2)) for r in results[1:]]
     return results
 
 
 def _rnn_initial(node: Node, index: int):
     value = node.input(index)
     if value is not None and node.attr("layout", 0) == 1:
-        value = odla.transpose(value, (1, 0, 2))
+        value = ops.process.transpose(value, (1, 0, 2))
     return value
 
 
 @converter("LSTM")
 def lstm(node: Node):
     w, r = node.input(1), node.input(2)
-    return _recurrent(node, lambda x, direction, outputs: odla.lstm(
-        x, odla.RnnWeightFormat.LDGOI, odla.RnnGateOrder.IOFC, dims(w), w, r, node.input(3),
+    return _recurrent(node, lambda x, direction, outputs: ops.nn.lstm(
+        x, RnnWeightFormat.LDGOI, RnnGateOrder.IOFC, dims(w), w, r, node.input(3),
         node.input(4), _rnn_initial(node, 5), _rnn_initial(node, 6), node.input(7),
         node.attr("hidden_size"), direction, outputs))
 
@@ -506,8 +506,8 @@ def lstm(node: Node):
 @converter("GRU")
 def gru(node: Node):
     w, r = node.input(1), node.input(2)
-    return _recurrent(node, lambda x, direction, outputs: odla.gru(
-        x, odla.RnnWeightFormat.LDGOI, odla.RnnGateOrder.URO, dims(w), w, r, node.input(3),
+    return _recurrent(node, lambda x, direction, outputs: ops.nn.gru(
+        x, RnnWeightFormat.LDGOI, RnnGateOrder.URO, dims(w), w, r, node.input(3),
         node.input(4), _rnn_initial(node, 5), node.attr("hidden_size"), direction,
         node.attr("linear_before_reset", 0), outputs))
 
@@ -515,13 +515,13 @@ def gru(node: Node):
 @converter("RNN")
 def rnn(node: Node):
     w, r = node.input(1), node.input(2)
-    return _recurrent(node, lambda x, direction, outputs: odla.rnn(
-        x, odla.RnnWeightFormat.LDGOI, dims(w), w, r, node.input(3), node.input(4),
+    return _recurrent(node, lambda x, direction, outputs: ops.nn.rnn(
+        x, RnnWeightFormat.LDGOI, dims(w), w, r, node.input(3), node.input(4),
         _rnn_initial(node, 5), node.attr("hidden_size"), direction, outputs))
 
 
 # -- text --------------------------------------------------------------------------------------
-_TFIDF_MODES = {"TF": odla.TfIdfMode.TF, "IDF": odla.TfIdfMode.IDF, "TFIDF": odla.TfIdfMode.TFIDF}
+_TFIDF_MODES = {"TF": TfIdfMode.TF, "IDF": TfIdfMode.IDF, "TFIDF": TfIdfMode.TFIDF}
 
 
 @converter("TfIdfVectorizer")
@@ -534,7 +534,7 @@ def tfidf_vectorizer(node: Node):
     weights = node.attr("weights")
     size = max(indices) + 1
     output_shape = (dims(x)[0], size) if rank(x) == 2 else (size,)
-    return odla.tfidf_vectorize(
+    return ops.nn.tfidf_vectorize(
         x, node.attr("min_gram_length"), node.attr("max_gram_length"),
         node.attr("max_skip_count"), _TFIDF_MODES[node.attr("mode")],
         constant(np.int64(node.attr("pool_int64s"))), constant(np.int64(node.attr("ngram_counts"))),
@@ -543,15 +543,15 @@ def tfidf_vectorizer(node: Node):
 
 
 # -- losses ------------------------------------------------------------------------------------
-_REDUCTIONS = {"none": odla.ReductionMode.NONE, "mean": odla.ReductionMode.MEAN,
-               "sum": odla.ReductionMode.SUM}
+_REDUCTIONS = {"none": ReductionMode.NONE, "mean": ReductionMode.MEAN,
+               "sum": ReductionMode.SUM}
 # A label no class has: ONNX's "no ignore_index".
 _NO_IGNORED_LABEL = np.iinfo(np.int32).min
 
 
 def _negative_log_likelihood(node: Node, log_probabilities, value_id):
     ignored = node.attr("ignore_index")
-    return odla.negative_log_likeli_hood_loss(
+    return ops.nn.negative_log_likeli_hood_loss(
         log_probabilities, node.input(1), _NO_IGNORED_LABEL if ignored is None else ignored,
         _REDUCTIONS[node.attr("reduction")], node.input(2), value_id=value_id)
 
@@ -563,15 +563,15 @@ def negative_log_likelihood_loss(node: Node):
 
 @converter("SoftmaxCrossEntropyLoss")
 def softmax_cross_entropy_loss(node: Node):
-    log_probabilities = odla.log_softmax(node.input(0), 1,
-                                         value_id=node.ids[1] if node.wants(1) else None)
+    log_probabilities = ops.nn.log_softmax(node.input(0), 1,
+                                           value_id=node.ids[1] if node.wants(1) else None)
     return [_negative_log_likelihood(node, log_probabilities, node.id), log_probabilities]
 
 
 @converter("SwiGLU")
 def swiglu(node: Node):
     gate, linear = node.input(0), node.input(1)
-    return odla.mul(odla.swish(gate, node.attr("alpha", 1.0)), linear, value_id=node.id)
+    return ops.math.mul(ops.nn.swish(gate, node.attr("alpha", 1.0)), linear, value_id=node.id)
 
 
 @converter("CausalConvWithState")
@@ -584,16 +584,16 @@ def causal_conv_with_state(node: Node):
     past = node.input(3)
     if past is None:
         past = constant(np.zeros((batch, channels, kernel - 1), x.type.dtype))
-    sequence = odla.concat([past, x], 2)
+    sequence = ops.process.concat([past, x], 2)
     # 16-bit floats in float32, as onnxruntime computes them.
-    y = odla.conv(widened(sequence), CF, channels, widened(node.input(1)), L.OIS, [1], [1],
-                  [0], [0], bias=widened(node.input(2)))
+    y = ops.nn.conv(widened(sequence), CF, channels, widened(node.input(1)), L.OIS, [1], [1],
+                    [0], [0], bias=widened(node.input(2)))
     if node.attr("activation", "none") in ("silu", "swish"):
-        y = odla.swish(y)
-    output = odla.cast(y, x.element_type, value_id=node.id)
+        y = ops.nn.swish(y)
+    output = ops.process.cast(y, x.element_type, value_id=node.id)
     length = dims(sequence)[2]
-    state = odla.slice(sequence, [0, 0, length - (kernel - 1)], [batch, channels, length],
-                       [1, 1, 1], value_id=node.ids[1] if node.wants(1) else None)
+    state = ops.process.slice(sequence, [0, 0, length - (kernel - 1)], [batch, channels, length],
+                              [1, 1, 1], value_id=node.ids[1] if node.wants(1) else None)
     return [output, state]
 
 
@@ -612,5 +612,5 @@ def affine_grid(node: Node):
     axes = np.meshgrid(*[positions(n) for n in spatial], indexing="ij")
     grid = np.stack([a.reshape(-1) for a in reversed(axes)] + [np.ones(int(np.prod(spatial)))],
                     axis=1)[None].astype(theta.type.dtype)
-    points = odla.batch_mat_mul(constant(grid), False, theta, True)
-    return odla.reshape(points, [dims(theta)[0], *spatial, len(spatial)], value_id=node.id)
+    points = ops.math.batch_mat_mul(constant(grid), False, theta, True)
+    return ops.process.reshape(points, [dims(theta)[0], *spatial, len(spatial)], value_id=node.id)

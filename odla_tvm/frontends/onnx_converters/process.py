@@ -8,10 +8,9 @@ import itertools
 import numpy as np
 from onnx import numpy_helper
 
-import odla_tvm as odla
-
-from ...computation import check_fits_in_memory
-from ...types import ValueType, element_type_of, numpy_dtype
+from ... import ops
+from ...computation import Value, check_fits_in_memory
+from ...types import ElementType, InterpolationMode, ValueType, element_type_of, numpy_dtype
 from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
 
 # -- data and names ----------------------------------------------------------------------------
@@ -57,10 +56,10 @@ def shape(node: Node):
     start, end = node.attr("start", 0), node.attr("end", rank(x))
     wanted = dims(x)[slice(start, end)]
     if -1 in wanted:
-        full = odla.shape(x, (rank(x),))
+        full = ops.process.shape(x, (rank(x),))
         count = len(range(*slice(start, end).indices(rank(x))))
-        return odla.slice(full, (start % max(rank(x), 1),), (start % max(rank(x), 1) + count,),
-                          (1,), value_id=node.id)
+        first = start % max(rank(x), 1)
+        return ops.process.slice(full, (first,), (first + count,), (1,), value_id=node.id)
     return node.constant_output(np.asarray(wanted, np.int64))
 
 
@@ -86,17 +85,17 @@ for _op_type in ("Range", "HannWindow", "HammingWindow", "BlackmanWindow", "MelW
 
 @converter("Cast")
 def cast(node: Node):
-    return odla.cast(node.input(0), element_type(node.attr("to")), value_id=node.id)
+    return ops.process.cast(node.input(0), element_type(node.attr("to")), value_id=node.id)
 
 
 @converter("CastLike")
 def cast_like(node: Node):
-    return odla.cast(node.input(0), node.input(1).element_type, value_id=node.id)
+    return ops.process.cast(node.input(0), node.input(1).element_type, value_id=node.id)
 
 
 @converter("BitCast")
 def bit_cast(node: Node):
-    return odla.bit_cast(node.input(0), element_type(node.attr("to")), value_id=node.id)
+    return ops.process.bit_cast(node.input(0), element_type(node.attr("to")), value_id=node.id)
 
 
 # -- shapes ------------------------------------------------------------------------------------
@@ -115,15 +114,15 @@ def _reshaped_dims(node: Node, x, target):
 def reshape(node: Node):
     x = node.input(0)
     if not node.is_constant(1):
-        return odla.reshape_dynamic(x, node.input(1), value_id=node.id,
-                                    allow_zero=node.attr("allowzero", 0))
-    return odla.reshape(x, _reshaped_dims(node, x, node.ints(1)), value_id=node.id)
+        return ops.process.reshape_dynamic(x, node.input(1), value_id=node.id,
+                                           allow_zero=node.attr("allowzero", 0))
+    return ops.process.reshape(x, _reshaped_dims(node, x, node.ints(1)), value_id=node.id)
 
 
 @converter("Reshape")
 def reshape_v1(node: Node):
     x = node.input(0)
-    return odla.reshape(x, _reshaped_dims(node, x, node.attr("shape")), value_id=node.id)
+    return ops.process.reshape(x, _reshaped_dims(node, x, node.attr("shape")), value_id=node.id)
 
 
 @converter("Flatten")
@@ -135,7 +134,7 @@ def flatten(node: Node):
     if -1 in outer and -1 in inner:
         raise node.unsupported(f"input {dims(x)} has dynamic dims on both sides of axis {axis}")
     sizes = [-1 if -1 in part else int(np.prod(part)) for part in (outer, inner)]
-    return odla.reshape(x, sizes, value_id=node.id)
+    return ops.process.reshape(x, sizes, value_id=node.id)
 
 
 def _axes(node: Node, since: int) -> list[int]:
@@ -146,7 +145,7 @@ def _axes(node: Node, since: int) -> list[int]:
 def squeeze(node: Node):
     x = node.input(0)
     axes = [a % rank(x) for a in _axes(node, 13) or []]
-    return odla.squeeze(x, len(axes), axes, value_id=node.id)
+    return ops.process.squeeze(x, len(axes), axes, value_id=node.id)
 
 
 @converter("Unsqueeze")
@@ -158,20 +157,20 @@ def unsqueeze(node: Node):
     target = [1 if i in axes else next(remaining) for i in range(out_rank)]
     if target.count(-1) > 1:
         raise node.unsupported(f"input {dims(x)} has several dynamic dims")
-    return odla.reshape(x, target, value_id=node.id)
+    return ops.process.reshape(x, target, value_id=node.id)
 
 
 @converter("Transpose")
 def transpose(node: Node):
     x = node.input(0)
     perm = node.attr("perm") or list(reversed(range(rank(x))))
-    return odla.transpose(x, perm, value_id=node.id)
+    return ops.process.transpose(x, perm, value_id=node.id)
 
 
 @converter("Concat")
 def concat(node: Node):
     values = [v for v in node.inputs if v is not None]
-    return odla.concat(values, node.attr("axis") % rank(values[0]), value_id=node.id)
+    return ops.process.concat(values, node.attr("axis") % rank(values[0]), value_id=node.id)
 
 
 @converter("Expand")
@@ -185,16 +184,16 @@ def expand(node: Node):
         raise node.unsupported(f"input {dims(x)} has dynamic dims")
     out = [t if d == 1 else d for d, t in zip(x_dims, target)]
     if rank(x) < out_rank:
-        x = odla.reshape(x, x_dims)
-    return odla.expand_dims(x, out, value_id=node.id)
+        x = ops.process.reshape(x, x_dims)
+    return ops.process.expand_dims(x, out, value_id=node.id)
 
 
 @converter("Tile")
 def tile(node: Node):
     x = node.input(0)
     if not node.is_constant(1):
-        return odla.tile_dynamic(x, node.input(1), value_id=node.id)
-    return odla.tile(x, node.ints(1), value_id=node.id)
+        return ops.process.tile_dynamic(x, node.input(1), value_id=node.id)
+    return ops.process.tile(x, node.ints(1), value_id=node.id)
 
 
 @converter("DepthToSpace")
@@ -206,8 +205,8 @@ def depth_to_space(node: Node):
         split, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
     else:
         split, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
-    moved = odla.transpose(odla.reshape(x, split), perm)
-    return odla.reshape(moved, (n, c // (b * b), h * b, w * b), value_id=node.id)
+    moved = ops.process.transpose(ops.process.reshape(x, split), perm)
+    return ops.process.reshape(moved, (n, c // (b * b), h * b, w * b), value_id=node.id)
 
 
 @converter("SpaceToDepth")
@@ -216,8 +215,8 @@ def space_to_depth(node: Node):
     n, c, h, w = static_dims(node, x)
     b = node.attr("blocksize")
     perm = (0, 1, 3, 5, 2, 4) if node.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
-    moved = odla.transpose(odla.reshape(x, (n, c, h // b, b, w // b, b)), perm)
-    return odla.reshape(moved, (n, c * b * b, h // b, w // b), value_id=node.id)
+    moved = ops.process.transpose(ops.process.reshape(x, (n, c, h // b, b, w // b, b)), perm)
+    return ops.process.reshape(moved, (n, c * b * b, h // b, w // b), value_id=node.id)
 
 
 # -- slicing and gathering ---------------------------------------------------------------------
@@ -237,7 +236,8 @@ def slice_(node: Node):
     starts, ends = node.ints(1), node.ints(2)
     axes = node.ints(3, default=list(range(len(starts))))
     steps = node.ints(4, default=[1] * len(starts))
-    return odla.slice(x, *_slice_per_dim(node, x, axes, starts, ends, steps), value_id=node.id)
+    return ops.process.slice(x, *_slice_per_dim(node, x, axes, starts, ends, steps),
+                             value_id=node.id)
 
 
 @converter("Slice")
@@ -245,8 +245,8 @@ def slice_v1(node: Node):
     x = node.input(0)
     starts, ends = node.attr("starts"), node.attr("ends")
     axes = node.attr("axes") or list(range(len(starts)))
-    return odla.slice(x, *_slice_per_dim(node, x, axes, starts, ends, [1] * len(starts)),
-                      value_id=node.id)
+    return ops.process.slice(x, *_slice_per_dim(node, x, axes, starts, ends, [1] * len(starts)),
+                             value_id=node.id)
 
 
 @converter("Split")
@@ -265,26 +265,27 @@ def split(node: Node):
         start, stop, stride = [0] * rank(x), list(dims(x)), [1] * rank(x)
         start[axis], stop[axis] = int(begin), int(end)
         stop = [INT_MAX if d == -1 else d for d in stop]
-        results.append(odla.slice(x, start, stop, stride, value_id=node.ids[i] or None))
+        results.append(ops.process.slice(x, start, stop, stride, value_id=node.ids[i] or None))
     return results
 
 
 @converter("Gather")
 def gather(node: Node):
     x = node.input(0)
-    return odla.gather(x, node.input(1), node.axis(node.attr("axis"), x), value_id=node.id)
+    return ops.process.gather(x, node.input(1), node.axis(node.attr("axis"), x), value_id=node.id)
 
 
 @converter("GatherElements")
 def gather_elements(node: Node):
     x = node.input(0)
-    return odla.gather_elements(x, node.input(1), node.axis(node.attr("axis"), x), value_id=node.id)
+    return ops.process.gather_elements(x, node.input(1), node.axis(node.attr("axis"), x),
+                                       value_id=node.id)
 
 
 @converter("GatherND")
 def gather_nd(node: Node):
-    return odla.gather_nd(node.input(0), node.input(1), node.attr("batch_dims", 0),
-                          value_id=node.id)
+    return ops.process.gather_nd(node.input(0), node.input(1), node.attr("batch_dims", 0),
+                                 value_id=node.id)
 
 
 @converter("Compress")
@@ -292,18 +293,18 @@ def compress(node: Node):
     x = node.input(0)
     axis = node.attr("axis")
     if axis is None:  # compress the flattened input
-        x = odla.reshape(x, (-1,))
+        x = ops.process.reshape(x, (-1,))
         axis = 0
-    return odla.compress(x, node.input(1), node.axis(axis, x), value_id=node.id)
+    return ops.process.compress(x, node.input(1), node.axis(axis, x), value_id=node.id)
 
 
 @converter("OneHot")
 def one_hot(node: Node):
     indices = node.input(0)
-    if indices.element_type not in (odla.ElementType.INT32, odla.ElementType.INT64):
-        indices = odla.cast(indices, odla.ElementType.INT64)  # ONNX allows float indices
+    if indices.element_type not in (ElementType.INT32, ElementType.INT64):
+        indices = ops.process.cast(indices, ElementType.INT64)  # ONNX allows float indices
     depth = int(node.array(1).reshape(-1)[0])
-    return odla.one_hot(indices, depth, node.input(2), node.attr("axis"), value_id=node.id)
+    return ops.process.one_hot(indices, depth, node.input(2), node.attr("axis"), value_id=node.id)
 
 
 @converter("Trilu")
@@ -314,7 +315,7 @@ def trilu(node: Node):
     keep = np.triu if node.attr("upper") else np.tril
     mask = keep(np.ones((rows, cols), bool), k)
     zero = constant(np.zeros((), x.type.dtype))
-    return odla.select(constant(mask), x, zero, value_id=node.id)
+    return ops.math.select(constant(mask), x, zero, value_id=node.id)
 
 
 # -- padding -----------------------------------------------------------------------------------
@@ -345,27 +346,28 @@ def _pad(node: Node, x, pads, axes, fill):
         for axis, (f, b) in enumerate(zip(front, back)):
             if f or b:
                 source = np.pad(np.arange(static_dims(node, x)[axis]), (f, b), mode)
-                x = odla.gather(x, constant(source.astype(np.int64)), axis)
-        return odla.cast(x, x.element_type, value_id=node.id)
+                x = ops.process.gather(x, constant(source.astype(np.int64)), axis)
+        return ops.process.cast(x, x.element_type, value_id=node.id)
     if any(p < 0 for p in front + back):  # negative padding crops
-        x = odla.slice(x, [max(-f, 0) for f in front],
-                       [(-b if b < 0 else INT_MAX) for b in back], [1] * rank(x))
+        x = ops.process.slice(x, [max(-f, 0) for f in front],
+                              [(-b if b < 0 else INT_MAX) for b in back], [1] * rank(x))
         front, back = [max(f, 0) for f in front], [max(b, 0) for b in back]
-    if not isinstance(fill, odla.Value) and fill == 0:
-        return odla.pad(x, front, back, value_id=node.id)
+    if not isinstance(fill, Value) and fill == 0:
+        return ops.process.pad(x, front, back, value_id=node.id)
     # Zero padding, then the fill value (a number, or a scalar known at run time) selected
     # wherever the padding went.
     interior = np.pad(np.ones(static_dims(node, x), bool), list(zip(front, back)))
-    if not isinstance(fill, odla.Value):
+    if not isinstance(fill, Value):
         fill = constant(np.asarray(fill, x.type.dtype))
-    return odla.select(constant(interior), odla.pad(x, front, back), fill, value_id=node.id)
+    return ops.math.select(constant(interior), ops.process.pad(x, front, back), fill,
+                           value_id=node.id)
 
 
 # -- resizing ----------------------------------------------------------------------------------
 _TVM_COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                          "tf_half_pixel_for_nn")
-_INTERPOLATIONS = {"nearest": odla.InterpolationMode.NEAREST,
-                   "linear": odla.InterpolationMode.LINEAR, "cubic": odla.InterpolationMode.CUBIC}
+_INTERPOLATIONS = {"nearest": InterpolationMode.NEAREST,
+                   "linear": InterpolationMode.LINEAR, "cubic": InterpolationMode.CUBIC}
 
 
 def _resized_dims(node: Node, x, scales, sizes, axes):
@@ -463,10 +465,10 @@ def _resize_by_weights(node: Node, x, out, factors, axes, coordinate_mode, neare
     """Resize as one matrix product per resized axis, in float64 when ``x`` is float64 and
     float32 otherwise: any mode, antialias, crops and scales the sizes do not match."""
     in_dims = static_dims(node, x)
-    wide = odla.ElementType.FLOAT64 if x.element_type == odla.ElementType.FLOAT64 \
-        else odla.ElementType.FLOAT32
+    wide = ElementType.FLOAT64 if x.element_type == ElementType.FLOAT64 \
+        else ElementType.FLOAT32
     dtype = numpy_dtype(wide)
-    y = odla.cast(x, wide)
+    y = ops.process.cast(x, wide)
     roi = node.array(1).reshape(-1) if coordinate_mode == "tf_crop_and_resize" else None
     extrapolation = node.attr("extrapolation_value", 0.0)
     current = list(in_dims)
@@ -477,18 +479,18 @@ def _resize_by_weights(node: Node, x, out, factors, axes, coordinate_mode, neare
         resized = _AxisResize(node, coordinate_mode, nearest_mode, in_dims[axis], out[axis],
                               factors[axis], bounds)
         outer, inner = int(np.prod(current[:axis])), int(np.prod(current[axis + 1:]))
-        lines = odla.reshape(y, (outer, in_dims[axis], inner))
+        lines = ops.process.reshape(y, (outer, in_dims[axis], inner))
         weights = constant(resized.weights.astype(dtype)[None])
-        y = odla.batch_mat_mul(weights, False, lines, False)
+        y = ops.math.batch_mat_mul(weights, False, lines, False)
         if resized.outside.any():
-            y = odla.select(constant(resized.outside.reshape(1, -1, 1)),
-                            constant(np.asarray(extrapolation, dtype)), y)
+            y = ops.math.select(constant(resized.outside.reshape(1, -1, 1)),
+                                constant(np.asarray(extrapolation, dtype)), y)
         current[axis] = out[axis]
-    y = odla.reshape(y, tuple(current))
+    y = ops.process.reshape(y, tuple(current))
     if x.element_type != wide and np.issubdtype(x.type.dtype, np.integer):
         info = np.iinfo(x.type.dtype)  # saturated, then truncated, as onnx's reference casts
-        y = odla.clamp(y, float(info.min), float(info.max))
-    return odla.cast(y, x.element_type, value_id=node.id)
+        y = ops.math.clamp(y, float(info.min), float(info.max))
+    return ops.process.cast(y, x.element_type, value_id=node.id)
 
 
 def _resize(node: Node, x, scales, sizes, axes, coordinate_mode, nearest_mode):
@@ -499,10 +501,10 @@ def _resize(node: Node, x, scales, sizes, axes, coordinate_mode, nearest_mode):
     if node.attr("antialias", 0) or coordinate_mode not in _TVM_COORDINATE_MODES or any(
             f != o / i for f, o, i in zip(factors, out, in_dims) if o != i or f != 1):
         return _resize_by_weights(node, x, out, factors, axes, coordinate_mode, nearest_mode)
-    return odla.resize(x, _INTERPOLATIONS[node.attr("mode")], coordinate_mode, 0, out,
-                       value_id=node.id, nearest_mode=nearest_mode,
-                       cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
-                       exclude_outside=node.attr("exclude_outside", 0))
+    return ops.process.resize(x, _INTERPOLATIONS[node.attr("mode")], coordinate_mode, 0, out,
+                              value_id=node.id, nearest_mode=nearest_mode,
+                              cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
+                              exclude_outside=node.attr("exclude_outside", 0))
 
 
 @converter("Resize", since=11)
@@ -544,8 +546,8 @@ def center_crop_pad(node: Node):
         else:  # pad, an odd pixel going to the end
             front[axis] = (size - sizes[axis]) // 2
             back[axis] = size - sizes[axis] - front[axis]
-    cropped = odla.slice(x, start, end, [1] * rank(x))
-    return odla.pad(cropped, front, back, value_id=node.id)
+    cropped = ops.process.slice(x, start, end, [1] * rank(x))
+    return ops.process.pad(cropped, front, back, value_id=node.id)
 
 
 # -- scattering --------------------------------------------------------------------------------
@@ -556,8 +558,8 @@ def _scatter(node: Node, data, updates, destinations, reduction: str, value_id=N
     into data, shaped like updates) names. The indices are known at import, so this is a
     few gathers and selects: pass r writes the r-th update of every element it reaches."""
     size = int(np.prod(static_dims(node, data)))
-    flat_data = odla.reshape(data, (size,))
-    flat_updates = odla.reshape(updates, (-1,))
+    flat_data = ops.process.reshape(data, (size,))
+    flat_updates = ops.process.reshape(updates, (-1,))
     order = np.argsort(destinations.reshape(-1), kind="stable")
     targets = destinations.reshape(-1)[order]
     result = flat_data
@@ -567,12 +569,12 @@ def _scatter(node: Node, data, updates, destinations, reduction: str, value_id=N
             hits = order[targets == target]
             if pass_index < len(hits):
                 source[target], reached[target] = hits[pass_index], True
-        update = odla.gather(flat_updates, constant(source), 0)
-        combined = {"none": update, "add": odla.add(result, update),
-                    "mul": odla.mul(result, update), "max": odla.max(result, update),
-                    "min": odla.min(result, update)}[reduction]
-        result = odla.select(constant(reached), combined, result)
-    return odla.reshape(result, dims(data), value_id=value_id)
+        update = ops.process.gather(flat_updates, constant(source), 0)
+        combined = {"none": update, "add": ops.math.add(result, update),
+                    "mul": ops.math.mul(result, update), "max": ops.math.max(result, update),
+                    "min": ops.math.min(result, update)}[reduction]
+        result = ops.math.select(constant(reached), combined, result)
+    return ops.process.reshape(result, dims(data), value_id=value_id)
 
 
 @converter("Scatter")  # ScatterElements' name before opset 11
@@ -628,7 +630,7 @@ def reverse_sequence(node: Node):
     steps, batches = grid[time_axis], grid[batch_axis]
     length = lengths[batches]
     source = np.where(steps < length, length - 1 - steps, steps)
-    return odla.gather_elements(x, constant(source), time_axis, value_id=node.id)
+    return ops.process.gather_elements(x, constant(source), time_axis, value_id=node.id)
 
 
 @converter("Col2Im")
@@ -653,14 +655,14 @@ def col2im(node: Node):
     destinations = (planes + within).reshape(static_dims(node, x))
     canvas = constant(np.zeros([batch, channels, *padded], x.type.dtype))
     summed = _scatter(node, canvas, x, destinations, "add")
-    return odla.slice(summed, [0, 0, *pads[:spatial]],
-                      [batch, channels, *(p + i for p, i in zip(pads[:spatial], image))],
-                      [1] * (spatial + 2), value_id=node.id)
+    return ops.process.slice(summed, [0, 0, *pads[:spatial]],
+                             [batch, channels, *(p + i for p, i in zip(pads[:spatial], image))],
+                             [1] * (spatial + 2), value_id=node.id)
 
 
 @converter("ArrayFeatureExtractor", domain="ai.onnx.ml")
 def array_feature_extractor(node: Node):
     """The elements of the last axis that the indices name."""
     x = node.input(0)
-    indices = odla.reshape(node.input(1), (-1,))
-    return odla.gather(x, indices, rank(x) - 1, value_id=node.id)
+    indices = ops.process.reshape(node.input(1), (-1,))
+    return ops.process.gather(x, indices, rank(x) - 1, value_id=node.id)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import odla_tvm as odla
-
-from ...types import numpy_dtype
+from ... import ops
+from ...types import ElementType, numpy_dtype
 from .nn import convolution
 from .registry import Node, constant, converter, element_type, rank, static_dims
 
@@ -25,8 +24,8 @@ def _blocks_spread(node: Node, x, value, axis: int):
     shape = static_dims(node, value)
     split = shape[:axis + 1] + (1,) + shape[axis + 1:]
     spread = shape[:axis + 1] + (size,) + shape[axis + 1:]
-    repeated = odla.expand_dims(odla.reshape(value, split), spread)
-    return odla.reshape(repeated, static_dims(node, x))
+    repeated = ops.process.expand_dims(ops.process.reshape(value, split), spread)
+    return ops.process.reshape(repeated, static_dims(node, x))
 
 
 @converter("QuantizeLinear")
@@ -37,18 +36,19 @@ def quantize_linear(node: Node):
     elif node.attr("output_dtype"):
         target = element_type(node.attr("output_dtype"))
     else:
-        target = odla.ElementType.UINT8
+        target = ElementType.UINT8
     axis = _axis(node, x)
     if not node.attr("block_size", 0):
-        return odla.quantize(x, scale, zero_point, axis, target, value_id=node.id)
+        return ops.quantization.quantize(x, scale, zero_point, axis, target, value_id=node.id)
     # Blocked: saturate(round(x / scale) + zero point) with the scales spread over the blocks.
     scale = _blocks_spread(node, x, scale, axis)
-    levels = odla.round_half_to_even(odla.div(x, scale))
+    levels = ops.math.round_half_to_even(ops.math.div(x, scale))
     if zero_point is not None:
-        levels = odla.add(levels, odla.cast(_blocks_spread(node, x, zero_point, axis),
-                                            x.element_type))
+        levels = ops.math.add(levels, ops.process.cast(_blocks_spread(node, x, zero_point, axis),
+                                                       x.element_type))
     limits = np.iinfo(numpy_dtype(target))
-    return odla.cast(odla.clamp(levels, limits.min, limits.max), target, value_id=node.id)
+    return ops.process.cast(ops.math.clamp(levels, limits.min, limits.max), target,
+                            value_id=node.id)
 
 
 @converter("DequantizeLinear")
@@ -56,13 +56,14 @@ def dequantize_linear(node: Node):
     x, scale, zero_point = node.input(0), node.input(1), node.input(2)
     axis = _axis(node, x)
     if not node.attr("block_size", 0):
-        return odla.dequantize(x, scale, zero_point, axis, scale.element_type, value_id=node.id)
+        return ops.quantization.dequantize(x, scale, zero_point, axis, scale.element_type,
+                                           value_id=node.id)
     # Blocked: (x - zero point) * scale with both spread over the blocks.
-    values = odla.cast(x, scale.element_type)
+    values = ops.process.cast(x, scale.element_type)
     if zero_point is not None:
-        values = odla.sub(values, odla.cast(_blocks_spread(node, x, zero_point, axis),
-                                            scale.element_type))
-    return odla.mul(values, _blocks_spread(node, x, scale, axis), value_id=node.id)
+        values = ops.math.sub(values, ops.process.cast(_blocks_spread(node, x, zero_point, axis),
+                                                       scale.element_type))
+    return ops.math.mul(values, _blocks_spread(node, x, scale, axis), value_id=node.id)
 
 
 @converter("DynamicQuantizeLinear")
@@ -71,42 +72,43 @@ def dynamic_quantize_linear(node: Node):
     x = node.input(0)
     axes = list(range(rank(x)))
     zero = constant(np.zeros((), x.type.dtype))
-    low = odla.min(odla.reduce_min(x, len(axes), axes, False), zero)
-    high = odla.max(odla.reduce_max(x, len(axes), axes, False), zero)
-    scale = odla.div(odla.sub(high, low), constant(np.asarray(255, x.type.dtype)),
-                     value_id=node.ids[1] or None)
-    zero_point = odla.cast(odla.clamp(odla.round_half_to_even(odla.neg(odla.div(low, scale))),
-                                      0, 255), odla.ElementType.UINT8,
-                           value_id=node.ids[2] or None)
-    y = odla.quantize(x, scale, zero_point, 0, odla.ElementType.UINT8, value_id=node.id)
+    low = ops.math.min(ops.math.reduce_min(x, len(axes), axes, False), zero)
+    high = ops.math.max(ops.math.reduce_max(x, len(axes), axes, False), zero)
+    scale = ops.math.div(ops.math.sub(high, low), constant(np.asarray(255, x.type.dtype)),
+                         value_id=node.ids[1] or None)
+    levels = ops.math.round_half_to_even(ops.math.neg(ops.math.div(low, scale)))
+    zero_point = ops.process.cast(ops.math.clamp(levels, 0, 255), ElementType.UINT8,
+                                  value_id=node.ids[2] or None)
+    y = ops.quantization.quantize(x, scale, zero_point, 0, ElementType.UINT8, value_id=node.id)
     return [y, scale, zero_point]
 
 
 def _integer_operand(x, zero_point):
     """``x - zero_point`` in int32, where integer matrix products accumulate."""
-    wide = odla.cast(x, odla.ElementType.INT32)
+    wide = ops.process.cast(x, ElementType.INT32)
     if zero_point is None:
         return wide
     if rank(zero_point) == 1 and rank(x) >= 2:  # per-row zero points of the left operand
-        zero_point = odla.reshape(zero_point, (-1, 1))
-    return odla.sub(wide, odla.cast(zero_point, odla.ElementType.INT32))
+        zero_point = ops.process.reshape(zero_point, (-1, 1))
+    return ops.math.sub(wide, ops.process.cast(zero_point, ElementType.INT32))
 
 
 @converter("MatMulInteger")
 def mat_mul_integer(node: Node):
     a = _integer_operand(node.input(0), node.input(2))
     b = _integer_operand(node.input(1), node.input(3))
-    return odla.batch_mat_mul(a, False, b, False, value_id=node.id)
+    return ops.math.batch_mat_mul(a, False, b, False, value_id=node.id)
 
 
 @converter("QLinearMatMul")
 def q_linear_mat_mul(node: Node):
     a_x, a_scale, a_zero, b_x, b_scale, b_zero, y_scale, y_zero = node.inputs
     # Per-axis scales are per row of A and per column of B.
-    a = odla.dequantize(a_x, a_scale, a_zero, rank(a_x) - 2, a_scale.element_type)
-    b = odla.dequantize(b_x, b_scale, b_zero, rank(b_x) - 1, b_scale.element_type)
-    product = odla.batch_mat_mul(a, False, b, False)
-    return odla.quantize(product, y_scale, y_zero, 0, y_zero.element_type, value_id=node.id)
+    a = ops.quantization.dequantize(a_x, a_scale, a_zero, rank(a_x) - 2, a_scale.element_type)
+    b = ops.quantization.dequantize(b_x, b_scale, b_zero, rank(b_x) - 1, b_scale.element_type)
+    product = ops.math.batch_mat_mul(a, False, b, False)
+    return ops.quantization.quantize(product, y_scale, y_zero, 0, y_zero.element_type,
+                                     value_id=node.id)
 
 
 @converter("ConvInteger")
@@ -115,7 +117,7 @@ def conv_integer(node: Node):
     x = _integer_operand(node.input(0), node.input(2))
     w_zero = node.input(3)
     if w_zero is not None and rank(w_zero) == 1:  # one zero point per output channel
-        w_zero = odla.reshape(w_zero, (-1,) + (1,) * (rank(node.input(1)) - 1))
+        w_zero = ops.process.reshape(w_zero, (-1,) + (1,) * (rank(node.input(1)) - 1))
     return convolution(node, x, _integer_operand(node.input(1), w_zero), value_id=node.id)
 
 
@@ -123,9 +125,10 @@ def conv_integer(node: Node):
 def q_linear_conv(node: Node):
     x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias = (node.input(i)
                                                                     for i in range(9))
-    real_x = odla.dequantize(x, x_scale, x_zero, 1, x_scale.element_type)
-    real_w = odla.dequantize(w, w_scale, w_zero, 0, w_scale.element_type)  # per output channel
+    real_x = ops.quantization.dequantize(x, x_scale, x_zero, 1, x_scale.element_type)
+    # per output channel
+    real_w = ops.quantization.dequantize(w, w_scale, w_zero, 0, w_scale.element_type)
     real_bias = None if bias is None else \
-        odla.mul(odla.cast(bias, x_scale.element_type), odla.mul(x_scale, w_scale))
+        ops.math.mul(ops.process.cast(bias, x_scale.element_type), ops.math.mul(x_scale, w_scale))
     y = convolution(node, real_x, real_w, real_bias)
-    return odla.quantize(y, y_scale, y_zero, 1, y_zero.element_type, value_id=node.id)
+    return ops.quantization.quantize(y, y_scale, y_zero, 1, y_zero.element_type, value_id=node.id)

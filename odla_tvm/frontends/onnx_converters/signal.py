@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-import odla_tvm as odla
-
+from ... import ops
 from .registry import INT_MAX, Node, constant, converter, rank, static_dims
 
 
 def _last_axis_part(x, index: int):
     """``x[..., index]`` (real or imaginary part) without its last axis."""
     rest = rank(x) - 1
-    part = odla.slice(x, [0] * rest + [index], [INT_MAX] * rest + [index + 1], [1] * (rest + 1))
-    return odla.reshape(part, x.shape.dims[:-1])
+    part = ops.process.slice(x, [0] * rest + [index], [INT_MAX] * rest + [index + 1],
+                             [1] * (rest + 1))
+    return ops.process.reshape(part, x.shape.dims[:-1])
 
 
 @converter("DFT", since=17)
@@ -37,11 +37,11 @@ def dft(node: Node):
     if length != size:  # the signal cut or zero-padded to the transform's length
         begin, end = [0] * rank(x), list(shape)
         end[axis] = min(size, length)
-        x = odla.slice(x, begin, end, [1] * rank(x))
+        x = ops.process.slice(x, begin, end, [1] * rank(x))
         if length > size:
             back = [0] * rank(x)
             back[axis] = length - size
-            x = odla.pad(x, [0] * rank(x), back)
+            x = ops.process.pad(x, [0] * rank(x), back)
     bins = length // 2 + 1 if onesided else length
     cosines, sines = _fourier_matrices(x, length, bins, length, 1 / length if inverse else 1,
                                        1 if inverse else -1)
@@ -56,10 +56,10 @@ def _transform(node: Node, x, axis: int, cosines, sines):
     re, im = times(real, cosines), times(real, sines)
     if static_dims(node, x)[-1] == 2:
         imaginary = _last_axis_part(x, 1)
-        re = odla.sub(re, times(imaginary, sines))
-        im = odla.add(im, times(imaginary, cosines))
-    parts = [odla.reshape(p, static_dims(node, p) + (1,)) for p in (re, im)]
-    return odla.concat(parts, rank(x) - 1, value_id=node.id)
+        re = ops.math.sub(re, times(imaginary, sines))
+        im = ops.math.add(im, times(imaginary, cosines))
+    parts = [ops.process.reshape(p, static_dims(node, p) + (1,)) for p in (re, im)]
+    return ops.process.concat(parts, rank(x) - 1, value_id=node.id)
 
 
 @converter("STFT")
@@ -72,9 +72,10 @@ def stft(node: Node):
         else static_dims(node, window)[0]
     frames = 1 + (length - frame_length) // step
     starts = np.arange(frames)[:, None] * step + np.arange(frame_length)
-    framed = odla.gather(x, constant(starts.astype(np.int64)), 1)  # (batch, frames, length, c)
+    # (batch, frames, length, c)
+    framed = ops.process.gather(x, constant(starts.astype(np.int64)), 1)
     if window is not None:
-        framed = odla.mul(framed, odla.reshape(window, (1, 1, frame_length, 1)))
+        framed = ops.math.mul(framed, ops.process.reshape(window, (1, 1, frame_length, 1)))
     bins = frame_length // 2 + 1 if node.attr("onesided", 1) else frame_length
     cosines, sines = _fourier_matrices(x, frame_length, bins, frame_length, 1, -1)
     return _transform(node, framed, 2, cosines, sines)
@@ -96,8 +97,9 @@ def _along(x, axis: int):
     back_order = [order.index(a) for a in range(rank(x) - 1)]
 
     def times(part, matrix):
-        moved = odla.transpose(part, order)
-        return odla.transpose(odla.batch_mat_mul(moved, False, matrix, False), back_order)
+        moved = ops.process.transpose(part, order)
+        product = ops.math.batch_mat_mul(moved, False, matrix, False)
+        return ops.process.transpose(product, back_order)
 
     return times
 
@@ -114,5 +116,5 @@ def _inverse_of_half_spectrum(node: Node, x, axis: int, length: int):
     times = _along(x, axis)
     re = times(_last_axis_part(x, 0), cosines)
     if static_dims(node, x)[-1] == 2:
-        re = odla.sub(re, times(_last_axis_part(x, 1), sines))
-    return odla.reshape(re, static_dims(node, re) + (1,), value_id=node.id)
+        re = ops.math.sub(re, times(_last_axis_part(x, 1), sines))
+    return ops.process.reshape(re, static_dims(node, re) + (1,), value_id=node.id)

@@ -6,8 +6,7 @@ output kind (X_new..., V_new..., H_new...)."""
 
 from __future__ import annotations
 
-import odla_tvm as odla
-
+from ... import ops
 from .registry import Node, converter, scalar
 
 DOMAIN = "ai.onnx.preview.training"
@@ -24,25 +23,25 @@ def _groups(node: Node, kinds: int) -> list[list]:
 def _outputs(node: Node, groups: list[list]) -> list:
     """The updated tensors in the node's output order (kind by kind), named by the node."""
     flat = [value for group in groups for value in group]
-    return [odla.cast(v, v.element_type, value_id=name) if name else None
+    return [ops.process.cast(v, v.element_type, value_id=name) if name else None
             for v, name in zip(flat, node.ids)]
 
 
 def _step_started(node: Node, like):
     """T > 0 (a BOOL scalar): whether earlier steps have run."""
     t = node.input(1)
-    return odla.greater(t, odla.cast(scalar(like, 0), t.element_type))
+    return ops.math.greater(t, ops.process.cast(scalar(like, 0), t.element_type))
 
 
 def _regularized(node: Node, x, g):
     """The gradient plus that of the L2 term: norm_coefficient * x + g."""
-    return odla.add(odla.mul(scalar(x, node.attr("norm_coefficient", 0.0)), x), g)
+    return ops.math.add(ops.math.mul(scalar(x, node.attr("norm_coefficient", 0.0)), x), g)
 
 
 def _rate(node: Node, like):
     """The learning rate R in the type of ``like``."""
     r = node.input(0)
-    return r if r.element_type == like.element_type else odla.cast(r, like.element_type)
+    return r if r.element_type == like.element_type else ops.process.cast(r, like.element_type)
 
 
 @converter("Adagrad", domain=DOMAIN)
@@ -50,13 +49,14 @@ def adagrad(node: Node):
     xs, gs, hs = _groups(node, 3)
     new_xs, new_hs = [], []
     for x, g, h in zip(xs, gs, hs):
-        steps = odla.cast(node.input(1), x.element_type)
-        decayed = odla.add(scalar(x, 1), odla.mul(steps, scalar(x, node.attr("decay_factor", 0.0))))
-        rate = odla.div(_rate(node, x), decayed)
+        steps = ops.process.cast(node.input(1), x.element_type)
+        decayed = ops.math.add(scalar(x, 1),
+                               ops.math.mul(steps, scalar(x, node.attr("decay_factor", 0.0))))
+        rate = ops.math.div(_rate(node, x), decayed)
         gradient = _regularized(node, x, g)
-        h_new = odla.add(h, odla.mul(gradient, gradient))
-        scaling = odla.add(odla.sqrt(h_new), scalar(x, node.attr("epsilon", 0.0)))
-        new_xs.append(odla.sub(x, odla.div(odla.mul(rate, gradient), scaling)))
+        h_new = ops.math.add(h, ops.math.mul(gradient, gradient))
+        scaling = ops.math.add(ops.math.sqrt(h_new), scalar(x, node.attr("epsilon", 0.0)))
+        new_xs.append(ops.math.sub(x, ops.math.div(ops.math.mul(rate, gradient), scaling)))
         new_hs.append(h_new)
     return _outputs(node, [new_xs, new_hs])
 
@@ -69,19 +69,21 @@ def adam(node: Node):
     new_xs, new_vs, new_hs = [], [], []
     for x, g, v, h in zip(xs, gs, vs, hs):
         gradient = _regularized(node, x, g)
-        v_new = odla.add(odla.mul(scalar(x, alpha), v), odla.mul(scalar(x, 1 - alpha), gradient))
-        h_new = odla.add(odla.mul(scalar(x, beta), h),
-                         odla.mul(scalar(x, 1 - beta), odla.mul(gradient, gradient)))
-        scaling = odla.add(odla.sqrt(h_new), scalar(x, node.attr("epsilon", 1e-6)))
+        v_new = ops.math.add(ops.math.mul(scalar(x, alpha), v),
+                             ops.math.mul(scalar(x, 1 - alpha), gradient))
+        h_new = ops.math.add(ops.math.mul(scalar(x, beta), h),
+                             ops.math.mul(scalar(x, 1 - beta), ops.math.mul(gradient, gradient)))
+        scaling = ops.math.add(ops.math.sqrt(h_new), scalar(x, node.attr("epsilon", 1e-6)))
         # With T > 0 the rate corrects the momentums' bias: R * sqrt(1 - beta**T) / (1 - alpha**T).
-        steps = odla.cast(node.input(1), x.element_type)
+        steps = ops.process.cast(node.input(1), x.element_type)
         rate = _rate(node, x)
-        unbiased = odla.div(
-            odla.mul(rate, odla.sqrt(odla.sub(scalar(x, 1), odla.pow(scalar(x, beta), steps)))),
-            odla.sub(scalar(x, 1), odla.pow(scalar(x, alpha), steps)))
-        rate = odla.select(_step_started(node, x), unbiased, rate)
-        x_new = odla.sub(x, odla.mul(rate, odla.div(v_new, scaling)))
-        new_xs.append(odla.mul(scalar(x, 1 - post), x_new))
+        unbiased = ops.math.div(
+            ops.math.mul(rate, ops.math.sqrt(ops.math.sub(scalar(x, 1),
+                                                          ops.math.pow(scalar(x, beta), steps)))),
+            ops.math.sub(scalar(x, 1), ops.math.pow(scalar(x, alpha), steps)))
+        rate = ops.math.select(_step_started(node, x), unbiased, rate)
+        x_new = ops.math.sub(x, ops.math.mul(rate, ops.math.div(v_new, scaling)))
+        new_xs.append(ops.math.mul(scalar(x, 1 - post), x_new))
         new_vs.append(v_new)
         new_hs.append(h_new)
     return _outputs(node, [new_xs, new_vs, new_hs])
@@ -96,9 +98,9 @@ def momentum(node: Node):
     for x, g, v in zip(xs, gs, vs):
         gradient = _regularized(node, x, g)
         # The gradient's coefficient is 1 at the first step (T = 0), beta after.
-        coefficient = odla.select(_step_started(node, x), scalar(x, beta), scalar(x, 1))
-        v_new = odla.add(odla.mul(scalar(x, alpha), v), odla.mul(coefficient, gradient))
-        step = odla.add(gradient, odla.mul(scalar(x, alpha), v_new)) if nesterov else v_new
-        new_xs.append(odla.sub(x, odla.mul(_rate(node, x), step)))
+        coefficient = ops.math.select(_step_started(node, x), scalar(x, beta), scalar(x, 1))
+        v_new = ops.math.add(ops.math.mul(scalar(x, alpha), v), ops.math.mul(coefficient, gradient))
+        step = ops.math.add(gradient, ops.math.mul(scalar(x, alpha), v_new)) if nesterov else v_new
+        new_xs.append(ops.math.sub(x, ops.math.mul(_rate(node, x), step)))
         new_vs.append(v_new)
     return _outputs(node, [new_xs, new_vs])
