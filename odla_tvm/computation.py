@@ -129,6 +129,12 @@ class Computation:
         self._auto_ids = itertools.count()
         self._previous = None
 
+    def release_graph(self) -> None:
+        self._graph = None
+        for value in self._values.values():
+            if value.kind is ValueKind.CONSTANT:
+                value.data = value.handle = None
+
     # -- thread's current computation -----------------------------------------------------
     def __enter__(self):
         self._previous = getattr(_current, "computation", None)
@@ -232,7 +238,10 @@ class Computation:
         array = checked_array(data, value_type, "constant data")
         value_id = self._new_id(value_id, "const")
         handle = self._graph.constant(array)
-        return self._add(Value(value_id, value_type, ValueKind.CONSTANT, self, handle, array))
+        # The host data is a read-only view of the lowering's copy, so weights are held once.
+        view = relay_bridge.constant_view(handle)
+        return self._add(Value(value_id, value_type, ValueKind.CONSTANT, self, handle,
+                               array if view is None else view))
 
     def apply(self, op_name: str, operands: dict, attrs: dict, value_id, output_dims=None,
               variadic: tuple = ()) -> list[Value]:
@@ -516,6 +525,9 @@ def destroy_computation(computation: Computation) -> None:
     comp = _computation(computation)
     comp.destroyed = True
     comp.executables.clear()
+    # Its executables keep their argument and output Values, which point here: let the
+    # lowering and the constants' data go (a model's weights) while they live on.
+    comp.release_graph()
     if getattr(_current, "computation", None) is comp:
         _current.computation = None
 

@@ -7,7 +7,7 @@ this package knows nothing of devices, targets or files.
 from .custom_ops import register_custom_op
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
-from .graph import DYNAMIC_DIM, GraphBuilder, dtype_of, shape_of
+from .graph import DYNAMIC_DIM, GraphBuilder, constant_view, dtype_of, shape_of
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
 
@@ -22,6 +22,7 @@ __all__ = [
     "REFUSED_DATA",
     "ShapeMismatch",
     "ValueOutOfRange",
+    "constant_view",
     "dtype_of",
     "register",
     "reduce_precision",

@@ -23,6 +23,16 @@ def shape_of(expr: relax.Expr) -> tuple[int, ...]:
     )
 
 
+def constant_view(handle) -> np.ndarray | None:
+    """A read-only NumPy view of a constant's data (None for a dtype NumPy lacks, bfloat16)."""
+    try:
+        view = np.from_dlpack(handle.value)
+    except (TypeError, ValueError, BufferError):
+        return None
+    view.flags.writeable = False
+    return view
+
+
 def dtype_of(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 
