@@ -163,6 +163,8 @@ def _measure(tracker: Tracker, evaluator_config: EvaluatorConfig, artifact_path:
     config = RPCConfig(tracker.host, tracker.port, tracker.key,
                        session_timeout_sec=SESSION_TIMEOUT_S)
     try:
+        # RPCRunner's own steps for one candidate (it takes the session maker as an argument,
+        # and here that maker notes the server).
         costs = rpc_runner._worker_func(open_session, None, None, None, None, config,
                                         evaluator_config, 1, artifact_path, device_type,
                                         args_info)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import time
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
@@ -25,6 +27,7 @@ import targets.rpc
 from odla_tvm import Status
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
+from targets.tuning import _export_shared
 
 X = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
 # Tuned through local servers, so it must run here: LLVM's AVX2 level, as another machine's CPU.
@@ -251,3 +254,20 @@ def test_another_machines_cpu_is_a_target(tmp_path):
     assert cli(["export", model, "--target", "llvm:skylake-avx512:16", "-o",
                 str(tmp_path / "bundle")]) == 0
     assert any((tmp_path / "bundle").iterdir())
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="needs the aarch64 cross compiler (g++-aarch64-linux-gnu)")
+def test_candidates_for_a_board_are_linked_here_for_its_architecture():
+    # What an aarch64-linux run through a tracker uploads to the board's server.
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def add_one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        for i in range(64):
+            b[i] = a[i] + T.float32(1)
+
+    spec = targets.get_target("aarch64-linux")
+    path = _export_shared(tvm.compile(add_one, target=spec.tvm_target()), spec.cross_compiler)
+    header = open(path, "rb").read(20)
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # AArch64
