@@ -107,7 +107,8 @@ def tune(args) -> None:
         raise OdlaError(Status.INVALID_PARAM, f"MODEL {args.model!r} is a compiled executable; "
                         "tuning needs the computation (an ONNX file or package.module:function)")
     report = tune_model(model, args.target, args.trials, args.minutes, args.cache_dir,
-                        keep_best=args.keep_best)
+                        keep_best=args.keep_best, rpc_tracker=args.rpc_tracker,
+                        rpc_key=args.rpc_key)
     print(report.summary())
 
 
@@ -173,7 +174,8 @@ def main(argv=None) -> int:
         "model", help="a stored executable (.odla), an ONNX model (.onnx), or "
         "package.module:function returning an ODLA computation")
     export_parser.add_argument("--target", default="host-cpu",
-                               help="target name (odla-tvm info lists them); default host-cpu")
+                               help="target name (odla-tvm info lists them), or llvm:MCPU:CORES "
+                               "for another machine's CPU; default host-cpu")
     export_parser.add_argument("-o", "--output", required=True, help="bundle directory")
     export_parser.add_argument("--with-runner", action="store_true",
                                help="add bin/odla_runner and the TVM runtime for the target")
@@ -189,7 +191,9 @@ def main(argv=None) -> int:
     tune_parser.add_argument("model", help="an ONNX model (.onnx) or package.module:function "
                              "returning an ODLA computation")
     tune_parser.add_argument("--target", default="host-cpu",
-                             help="target name (odla-tvm info lists them); default host-cpu")
+                             help="target name (odla-tvm info lists them), or llvm:MCPU:CORES "
+                             "for another machine's CPU (LLVM's name for it, its cores); "
+                             "default host-cpu")
     tune_parser.add_argument("--trials", type=int, help="candidates to measure for the model, "
                              "counting those earlier runs recorded")
     tune_parser.add_argument("--minutes", type=float, help="wall-clock limit of this run")
@@ -198,6 +202,11 @@ def main(argv=None) -> int:
                              "the database (to store or ship it)")
     tune_parser.add_argument("--cache-dir", help="where tuning databases live (default "
                              "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
+    tune_parser.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                             help="measure on the servers of this TVM RPC tracker "
+                             "(python -m tvm.exec.rpc_tracker) instead of this machine")
+    tune_parser.add_argument("--rpc-key", metavar="KEY", help="with --rpc-tracker: the key the "
+                             "servers registered under (rpc_server --key)")
     bench_parser = commands.add_parser(
         "bench", help="time ONNX models (default: onnx's light CNNs) on odla-tvm's default "
         "device, the pure-TVM build, onnxruntime and OpenVINO, each in its own process; write "

@@ -1,6 +1,7 @@
-"""Autotuning: ``tune`` measures schedules for a model's kernels on this machine with
-MetaSchedule and keeps the best in the target's tuning database (targets.tuning), which every
-later compile for that target uses: compile_computation, execute_computation, Session, export.
+"""Autotuning: ``tune`` measures schedules for a model's kernels with MetaSchedule, on this
+machine or on the RPC servers of a TVM RPC tracker, and keeps the best in the target's tuning
+database (targets.tuning), which every later compile for that target uses:
+compile_computation, execute_computation, Session, export.
 
 Where databases live: the ``cache_dir`` argument, else the computation's CACHE_DIR item, else
 $ODLA_TVM_CACHE_DIR, else the user's cache directory (~/.cache/odla-tvm).
@@ -47,6 +48,31 @@ def _budget(trials, minutes) -> None:
         raise OdlaError(Status.INVALID_PARAM, f"minutes is {minutes!r}; expected a number > 0")
 
 
+def _tracker(rpc_tracker, rpc_key):
+    """The RPC tracker to measure through (None: measure here), checked and reachable."""
+    if rpc_tracker is None and rpc_key is None:
+        return None
+    if rpc_tracker is None or rpc_key is None:
+        missing, given = ("rpc_key", "rpc_tracker") if rpc_key is None else ("rpc_tracker",
+                                                                               "rpc_key")
+        raise OdlaError(Status.INVALID_PARAM, f"{given} is given without {missing}; expected "
+                        "both: the tracker's HOST:PORT and the key its servers registered under")
+    host, _, port = rpc_tracker.rpartition(":") if isinstance(rpc_tracker, str) else ("", "", "")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OdlaError(Status.INVALID_PARAM, f"rpc_tracker is {rpc_tracker!r}; expected "
+                        "'HOST:PORT' (a port 1-65535), where python -m tvm.exec.rpc_tracker runs")
+    # The tracker names servers "server:KEY" and TVM splits that at the colon.
+    if not isinstance(rpc_key, str) or not rpc_key or any(c in rpc_key for c in ": \t\n"):
+        raise OdlaError(Status.INVALID_PARAM, f"rpc_key is {rpc_key!r}; expected a non-empty "
+                        "string without ':' or spaces, as given to rpc_server --key")
+    tracker = targets.Tracker(host.strip("[]"), int(port), rpc_key)
+    try:
+        tracker.servers()
+    except targets.TrackerError as err:
+        raise OdlaError(Status.FAILURE, f"rpc_tracker {rpc_tracker!r}: {err}") from None
+    return tracker
+
+
 def _model_label(model) -> str:
     """How the database's run log names the model."""
     if isinstance(model, Computation):
@@ -58,8 +84,8 @@ def _model_label(model) -> str:
 
 
 def tune(model, target=None, trials: int | None = None, minutes: float | None = None,
-         cache_dir=None, progress: bool = True,
-         keep_best: int | None = None) -> targets.TuningReport:
+         cache_dir=None, progress: bool = True, keep_best: int | None = None,
+         rpc_tracker: str | None = None, rpc_key: str | None = None) -> targets.TuningReport:
     """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
     ``target`` (a Device, a target name, or None for this CPU) and returns what the run did.
 
@@ -68,10 +94,17 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     ``minutes``: a wall-clock limit for this run. Progress shows on a tqdm bar unless
     ``progress`` is False. ``keep_best``: afterwards, keep only that many of the fastest
     records of each kernel in the target's database (to store or ship it: compiles use only
-    the fastest; later runs still count the removed trials)."""
+    the fastest; later runs still count the removed trials).
+
+    ``rpc_tracker`` ("HOST:PORT") and ``rpc_key``: measure on every RPC server registered with
+    that TVM tracker under that key, at once (candidates are still built here); the way to
+    tune a board (aarch64-linux) or another machine's CPU (a target llvm:MCPU:CORES). A
+    server lost during the run is done without, and what it was measuring is measured again
+    on the others; with no free server after targets.rpc.SERVER_WAIT_S, OdlaError (TIMEOUT)."""
     _budget(trials, minutes)
     if keep_best is not None:
         check_count(keep_best, 1, "keep_best")
+    tracker = _tracker(rpc_tracker, rpc_key)
     spec = target_spec(target)
     if isinstance(model, Computation):
         comp, imported = _computation(model), None
@@ -83,9 +116,11 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
         mod = comp.build_module()
         return targets.tune(mod, spec, trials=trials, minutes=minutes,
                             cache_dir=cache_dir_of(comp, cache_dir), label=_model_label(model),
-                            progress=progress, keep_best=keep_best)
+                            progress=progress, keep_best=keep_best, tracker=tracker)
     except targets.TuningUnavailable as err:
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err)) from None
+    except targets.TrackerError as err:
+        raise OdlaError(Status.TIMEOUT, str(err)) from None
     except OSError as err:
         raise OdlaError(Status.FAILURE, f"cannot write the tuning database: {err}") from None
     finally:

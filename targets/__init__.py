@@ -19,6 +19,7 @@ from .plugins import (
     get_plugin,
     register_plugin,
 )
+from .rpc import Tracker, TrackerError
 from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
 from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
 from .training_runtime import DeviceFunctions
@@ -34,6 +35,8 @@ __all__ = [
     "PluginPattern",
     "PluginUnavailable",
     "TargetSpec",
+    "Tracker",
+    "TrackerError",
     "VendorPlugin",
     "available_plugins",
     "get_plugin",

@@ -42,6 +42,10 @@ class TargetSpec:
     layouts: dict = field(default_factory=dict)
     prepack_weights: bool = False
     conv_rewrites: bool = False
+    # Another machine's CPU (remote_cpu): its code may run here, but measuring it here would time
+    # this CPU, so tuning it needs RPC servers on such a machine.
+    remote: bool = False
+    database_name: str | None = None  # the name its tuning database goes by (default: name)
 
     def __post_init__(self):
         unknown = [s for s in self.schedules if s not in SCHEDULE_SOURCES]
@@ -87,6 +91,8 @@ def register_target(spec: TargetSpec) -> TargetSpec:
 
 def get_target(name: str) -> TargetSpec:
     _ensure_builtin()
+    if name not in _TARGETS and name.startswith(REMOTE_CPU_PREFIX):
+        register_target(remote_cpu(name))
     if name not in _TARGETS and name.startswith(_PLUGIN_TARGET_PREFIX):
         from .plugins import get_plugin
         try:
@@ -134,6 +140,50 @@ def plugin_target(plugin: str) -> TargetSpec:
         register_target(replace(host, name=name, plugins=(plugin,),
                                 description=f"{host.description}, with the {plugin} plugin"))
     return _TARGETS[name]
+
+
+REMOTE_CPU_PREFIX = "llvm:"
+# The architectures a remote CPU may have, by the LLVM triple whose CPU names they use.
+_TRIPLES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+# Vector features LLVM and /proc/cpuinfo name alike: a CPU's code may use any it has.
+_VECTOR_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl")
+
+
+def remote_cpu(name: str) -> TargetSpec:
+    """Another machine's CPU, named ``llvm:MCPU:CORES`` (LLVM's name for the CPU, and the cores
+    its code may use). Of this machine's architecture, it is the target host-cpu is on such a
+    machine, and its records go into the database host-cpu uses there: a fleet of one CPU type
+    is tuned from anywhere (measuring on its RPC servers) and the database shipped with the
+    models. Of another architecture (aarch64 from x86-64), it is cross-compiled like
+    aarch64-linux. KeyError, saying what is wrong, for a malformed name or a CPU LLVM does not
+    know."""
+    parts = name.split(":")
+    if len(parts) != 3 or not parts[1] or not parts[2].isdigit() or int(parts[2]) < 1:
+        raise KeyError(f"target {name!r} is not of the form llvm:MCPU:CORES (LLVM's CPU name and "
+                       f"the cores its code may use, such as llvm:skylake-avx512:16)")
+    mcpu, cores = parts[1], int(parts[2])
+    arches = sorted(_TRIPLES, key=lambda arch: arch != platform.machine())  # this one first
+    arch = next((a for a in arches if tvm.target.codegen.llvm_is_valid_cpu(mcpu, _TRIPLES[a])),
+                None)
+    if arch is None:
+        import difflib
+
+        known = [cpu for a in arches for cpu in tvm.target.codegen.llvm_get_cpu_archlist(
+            tvm.target.Target({"kind": "llvm", "mtriple": _TRIPLES[a]}))]
+        close = difflib.get_close_matches(mcpu, known, n=4)
+        raise KeyError(f"target {name!r}: LLVM knows no CPU {mcpu!r} for {' or '.join(arches)}"
+                       + (f"; close names: {', '.join(close)}" if close else ""))
+    description = f"another machine's {mcpu} CPU, {cores} cores (tuned through its RPC servers)"
+    if arch != platform.machine():  # cross-compiled, as the fixed target of that arch is
+        base = {"aarch64": AARCH64_LINUX, "x86_64": X86_64_AVX2}[arch]
+        return replace(base, name=name, description=description, remote=True, cpu_flags=(),
+                       target={"kind": "llvm", "mtriple": _TRIPLES[arch], "mcpu": mcpu,
+                               "num-cores": cores})
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": cores}  # what host_cpu() is there
+    features = tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(target))
+    return replace(host_cpu(), name=name, target=target, description=description,
+                   cpu_flags=tuple(f for f in _VECTOR_FEATURES if f in features),
+                   remote=target != host_cpu().target, database_name=host_cpu().name)
 
 
 AARCH64_LINUX = TargetSpec(

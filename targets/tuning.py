@@ -9,15 +9,22 @@ another target, or another TVM, are never applied (a warning says why).
 
 A run resumes from the records already there: trials recorded for a model's kernels count
 against its trial budget, and the search starts from the best of them.
+
+Candidates are built here, in a process pool, and measured here or, given an RPC tracker
+(targets.rpc), on the servers registered with it under a key: on the device itself for a board
+(aarch64-linux), or on machines of the CPU a remote target names (llvm:MCPU:CORES).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +32,7 @@ import tqdm
 import tvm
 import tvm_ffi
 
+from . import rpc
 from .registry import TargetSpec, cpu_count
 from .runner import cache_dir as default_cache_dir
 from .runtime import fused_kernels
@@ -55,15 +63,25 @@ class TuningReport:
     estimated_latency_s: float | None  # sum over kernels of calls x best measured time
     stopped_by: str  # "trials", "minutes", or "done" (the trial budget was already spent)
     records_removed: int = 0  # by keep_best, afterwards
+    # Through an RPC tracker: candidates measured by each server ("host:port"), and the
+    # measurements repeated because the server measuring them was lost.
+    measured_on: dict[str, int] = dataclasses.field(default_factory=dict)
+    measured_again: int = 0
 
     def summary(self) -> str:
         latency = ("no kernel measured yet" if self.estimated_latency_s is None
                    else f"best kernels add up to {self.estimated_latency_s * 1e3:.3f} ms")
         removed = (f"; {self.records_removed} slower records removed" if self.records_removed
                    else "")
+        servers = ""
+        if self.measured_on:
+            servers = (f"; measured on {len(self.measured_on)} RPC servers ("
+                       + ", ".join(f"{s}: {n}" for s, n in sorted(self.measured_on.items())) + ")"
+                       + (f", {self.measured_again} measured again after losing their server"
+                          if self.measured_again else ""))
         return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
                 f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
-                f"{self.stopped_by}); {latency}; database {self.directory}{removed}")
+                f"{self.stopped_by}); {latency}; database {self.directory}{removed}{servers}")
 
 
 class TuningDatabase:
@@ -75,7 +93,7 @@ class TuningDatabase:
         self.spec = spec
         digest = hashlib.sha256(spec.key().encode()).hexdigest()[:12]
         self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.directory = directory or self.root / "tuning" / f"{spec.name}-{digest}"
+        self.directory = directory or self.root / "tuning" / f"{_database_name(spec)}-{digest}"
 
     def metadata(self) -> dict:
         try:
@@ -249,11 +267,26 @@ def find_database(spec: TargetSpec, cache_dir=None) -> TuningDatabase | None:
             return database
         _warn_once(database.directory, reason)
         return None
-    for other in sorted((database.root / "tuning").glob(f"{spec.name}-*")):
+    for other in sorted((database.root / "tuning").glob(f"{_database_name(spec)}-*")):
         if other != database.directory and (other / _RECORDS).is_file():
             reason = TuningDatabase(spec, directory=other).foreign_reason()
             _warn_once(other, reason or "its directory names another target")
     return None
+
+
+def _database_name(spec: TargetSpec) -> str:
+    return spec.database_name or spec.name
+
+
+def _export_shared(mod, compiler: str | None) -> str:
+    """A built candidate as a shared library for an RPC server, linked here (with ``compiler``,
+    a cross compiler, for another architecture): MetaSchedule's default export, an archive of
+    objects, needs a compiler on the server, and a board has none."""
+    from tvm.support import cc
+
+    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
+    mod.export_library(path, fcompile=cc.cross_compiler(compiler) if compiler else cc.create_shared)
+    return path
 
 
 def _build_candidate(mod, target, _params):
@@ -275,27 +308,40 @@ def _task_hash(task) -> str:
 
 def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
          minutes: float | None = None, cache_dir=None, label: str = "model",
-         progress: bool = True, keep_best: int | None = None) -> TuningReport:
-    """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine,
-    and adds the records to the target's database. ``trials``: candidates measured for the
+         progress: bool = True, keep_best: int | None = None,
+         tracker: rpc.Tracker | None = None) -> TuningReport:
+    """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine
+    or on the RPC servers registered with ``tracker`` under its key (every one free when the
+    run starts, at once), and adds the records to the target's database. ``trials``: candidates measured for the
     model's kernels in all runs together (what earlier runs recorded counts); ``minutes``: the
     wall-clock limit of this run, checked after each batch. ``label`` names the model in the
     database's run log. ``keep_best``: afterwards, keep only that many of the fastest records
-    of each kernel in the database (TuningDatabase.keep_best)."""
-    report = _tune(mod, spec, trials, minutes, cache_dir, label, progress)
+    of each kernel in the database (TuningDatabase.keep_best). rpc.TrackerError when the
+    tracker cannot be reached or has no free server under the key (after rpc.SERVER_WAIT_S),
+    or every server is lost during the run."""
+    report = _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker)
     if keep_best is not None:
         report.records_removed = TuningDatabase(spec, cache_dir).keep_best(keep_best)
     return report
 
 
-def _tune(mod, spec, trials, minutes, cache_dir, label, progress) -> TuningReport:
+def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> TuningReport:
     from tvm.s_tir import meta_schedule as ms
 
-    if not spec.runs_here():
+    if tracker is None and (spec.remote or not spec.runs_here()):
+        where = ("is another machine's CPU" if spec.remote else
+                 f"code cannot run on this machine ({spec.arch}, {spec.device_kind})")
         raise TuningUnavailable(
-            f"tuning measures candidates on the device, and {spec.name} code cannot run on this "
-            f"machine ({spec.arch}, {spec.device_kind}); tune on a machine of that kind")
+            f"tuning measures candidates on the device, and {spec.name} {where}; tune on a "
+            f"machine of that kind, or through an RPC tracker with servers on such machines "
+            f"(rpc_tracker and rpc_key; odla-tvm tune --rpc-tracker HOST:PORT --rpc-key KEY)")
     started = time.monotonic()
+    fleet = None
+    if tracker is not None:
+        # As many measurements at once as servers are free now; the tracker queues the rest.
+        fleet = rpc.Fleet(tracker, tracker.wait_for_servers(rpc.SERVER_WAIT_S))
+        log.info("measuring on %d RPC servers under key %r at %s", fleet.workers,
+                 tracker.key, tracker.address)
     target = spec.tvm_target()
     tasks = _by_arithmetic(ms.relax_integration.extract_tasks(fused_kernels(mod, spec), target))
     database = TuningDatabase(spec, cache_dir)
@@ -309,10 +355,10 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress) -> TuningRepor
     counts = [recorded.get(h, (0, None))[0] for h in hashes]
     budget = (trials - sum(counts)) if trials is not None else 1 << 30
     if not tasks or budget <= 0:
-        return _report(spec, database, tasks, hashes, 0, started, "done")
+        return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
     progress_bar = _Progress(tasks, hashes, recorded, budget if trials is not None else None,
                              started + minutes * 60 if minutes is not None else None,
-                             f"tuning {label} for {spec.name}", progress)
+                             f"tuning {label} for {spec.name}", progress, fleet)
     # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
     # core, unvectorized (resnet50's smallest 1x1 convolution so took longer than all its
     # tuned ones). Then the kernels doing most of the arithmetic share the rest, each batch
@@ -321,6 +367,8 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress) -> TuningRepor
     phases = [([i for i, count in enumerate(counts) if count < FIRST_TRIALS], FIRST_TRIALS,
                "round-robin"),
               (list(range(_heavy_count(tasks))), None, "gradient")]
+    # One runner for the whole run: its measuring processes each take seconds to start.
+    runner = rpc.TrackerRunner(fleet) if fleet is not None else None
     with _quiet_meta_schedule():
         try:
             for indices, per_task, scheduler in phases:
@@ -331,24 +379,34 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress) -> TuningRepor
                     continue
                 progress_bar.phase(indices)
                 _tune_tasks([tasks[i] for i in indices], left, per_task, scheduler,
-                            minutes is not None, database, ms_database, progress_bar)
+                            minutes is not None, database, ms_database, progress_bar,
+                            runner, spec)
         finally:
             progress_bar.close()
+            if runner is not None:
+                runner.shutdown()
     stopped_by = "minutes" if progress_bar.out_of_time else "trials"
-    report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by)
-    database.add_run({"label": label, "trials": report.trials_run, "seconds": report.seconds,
-                      "tasks": report.tasks, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by,
+                     fleet)
+    run = {"label": label, "trials": report.trials_run, "seconds": report.seconds,
+           "tasks": report.tasks, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if fleet is not None:
+        run.update(rpc_tracker=tracker.address, rpc_key=tracker.key,
+                   measured_on=report.measured_on, measured_again=report.measured_again)
+    database.add_run(run)
     return report
 
 
 def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, timed: bool,
-                database: TuningDatabase, ms_database, progress_bar: _Progress) -> None:
+                database: TuningDatabase, ms_database, progress_bar: _Progress,
+                runner: rpc.TrackerRunner | None, spec: TargetSpec) -> None:
     """One MetaSchedule run over ``tasks``: ``budget`` trials in all, at most ``per_task``
     each (None: no limit), batches chosen by MetaSchedule's task ``scheduler``; ``timed``: a
     time budget is checked between batches (ending the run with _OutOfTime), so batches are
     smaller. Round robin records each batch as it is measured; the gradient scheduler records
     nothing, and so cannot stop for time, until each task has had its first batch (with 8
-    trials a batch, a minute for 7 kernels)."""
+    trials a batch, a minute for 7 kernels). Measured here, or by ``runner`` on RPC servers
+    (then linked here, with ``spec``'s cross compiler for another architecture)."""
     from tvm.s_tir import meta_schedule as ms
 
     per_batch = max(1, min(64 if not timed else 8, per_task or budget, budget // len(tasks)))
@@ -357,19 +415,24 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
             population_size=min(512, max(64, 8 * per_batch)),
             init_min_unmeasured=min(50, max(8, 2 * per_batch))),
         num_threads=cpu_count())
+    remote = runner is not None
     try:
         ms.tune_tasks(
             tasks=contexts, task_weights=weights, work_dir=str(database.directory),
             max_trials_global=budget, max_trials_per_task=per_task or budget,
             num_trials_per_iter=per_batch,
             # The default 30 s is too short for a large convolution on 2 busy cores.
-            builder=ms.builder.LocalBuilder(f_build=_build_candidate, timeout_sec=60,
-                                            max_workers=cpu_count()),
-            runner=ms.runner.LocalRunner(timeout_sec=60),
+            builder=ms.builder.LocalBuilder(
+                f_build=_build_candidate, timeout_sec=60, max_workers=cpu_count(),
+                f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
+                if remote else None),
+            runner=runner if remote else ms.runner.LocalRunner(timeout_sec=60),
             database=ms_database, measure_callbacks=[*ms.MeasureCallback.create("default"),
                                                      progress_bar.callback()],
             task_scheduler=scheduler)
     except Exception:  # TVM's FFI may hand _OutOfTime back as its own error type
+        if remote and runner.fleet.error is not None:
+            raise runner.fleet.error from None
         if not progress_bar.out_of_time:
             raise
 
@@ -395,13 +458,16 @@ def _heavy_count(tasks: list, share: float = 0.995) -> int:
     return len(tasks)
 
 
-def _report(spec, database, tasks, hashes, trials_run, started, stopped_by) -> TuningReport:
+def _report(spec, database, tasks, hashes, trials_run, started, stopped_by,
+            fleet: rpc.Fleet | None) -> TuningReport:
     recorded = database.measurements()
     found = [recorded.get(h, (0, None)) for h in hashes]
     best = [task.weight * b for task, (_count, b) in zip(tasks, found) if b is not None]
     return TuningReport(spec.name, database.directory, len(tasks), trials_run,
                         sum(count for count, _ in found), time.monotonic() - started,
-                        sum(best) if best else None, stopped_by)
+                        sum(best) if best else None, stopped_by,
+                        measured_on=dict(fleet.measured) if fleet else {},
+                        measured_again=fleet.measured_again if fleet else 0)
 
 
 @contextlib.contextmanager
@@ -428,14 +494,17 @@ class _OutOfTime(Exception):
 
 class _Progress:
     """A tqdm bar over the trials: kernels done in this phase, the model's best kernel time so
-    far (calls x best time, summed over measured kernels), and the time left of a minutes
-    budget. Ends the run (raising _OutOfTime) once that time is up."""
+    far (calls x best time, summed over measured kernels), the RPC servers measuring (those
+    that measured and were not lost since), and the time left of a minutes budget. Ends the
+    run (raising _OutOfTime) once that time is up."""
 
-    def __init__(self, tasks, hashes, recorded, total, deadline, description, enabled):
+    def __init__(self, tasks, hashes, recorded, total, deadline, description, enabled,
+                 fleet=None):
         self.weights = [t.weight for t in tasks]
         self.best = [recorded.get(h, (0, None))[1] for h in hashes]
         self.indices = list(range(len(tasks)))  # the phase's tasks, by MetaSchedule's task id
         self.deadline = deadline
+        self.fleet = fleet
         self.trials = 0
         self.out_of_time = False
         self.bar = tqdm.tqdm(total=total, desc=description, unit="trial", disable=not enabled)
@@ -469,6 +538,8 @@ class _Progress:
         measured = [w * b for w, b in zip(self.weights, self.best) if b is not None]
         postfix = {"kernels done": f"{sum(bool(r.is_terminated) for r in records)}/{len(records)}",
                    "best": f"{sum(measured) * 1e3:.3f} ms" if measured else "-"}
+        if self.fleet is not None:
+            postfix["servers"] = self.fleet.in_use()
         if self.deadline is not None:
             postfix["left"] = f"{max(0.0, self.deadline - time.monotonic()) / 60:.1f} min"
         self.bar.set_postfix(postfix, refresh=False)

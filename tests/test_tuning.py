@@ -51,6 +51,40 @@ def conv_relu_onnx(path, channels=8):
     return str(path)
 
 
+def transformer_block_onnx(path, seq=8, hidden=16):
+    """One BERT-style encoder layer, small: self-attention (batched matmuls, softmax), residual
+    layer norms, and a GELU feed-forward written as BERT's exports write it (with Erf)."""
+    rng = np.random.default_rng(5)
+    weights = {name: rng.standard_normal(shape).astype(np.float32) * 0.2 for name, shape in [
+        ("wq", (hidden, hidden)), ("wk", (hidden, hidden)), ("wv", (hidden, hidden)),
+        ("w1", (hidden, 2 * hidden)), ("w2", (2 * hidden, hidden)),
+        ("g1", (hidden,)), ("b1", (hidden,)), ("g2", (hidden,)), ("b2", (hidden,))]}
+    weights["scale"] = np.array(hidden ** -0.5, np.float32)
+    weights["half"], weights["one"] = np.array(0.5, np.float32), np.array(1.0, np.float32)
+    weights["sqrt2"] = np.array(2 ** 0.5, np.float32)
+    node = helper.make_node
+    nodes = [
+        node("MatMul", ["x", "wq"], ["q"]), node("MatMul", ["x", "wk"], ["k"]),
+        node("MatMul", ["x", "wv"], ["v"]),
+        node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        node("MatMul", ["q", "kt"], ["scores"]), node("Mul", ["scores", "scale"], ["scaled"]),
+        node("Softmax", ["scaled"], ["probs"], axis=-1),
+        node("MatMul", ["probs", "v"], ["attended"]), node("Add", ["attended", "x"], ["res1"]),
+        node("LayerNormalization", ["res1", "g1", "b1"], ["ln1"], axis=-1, epsilon=1e-5),
+        node("MatMul", ["ln1", "w1"], ["h"]), node("Div", ["h", "sqrt2"], ["hs"]),
+        node("Erf", ["hs"], ["he"]), node("Add", ["he", "one"], ["h1"]),
+        node("Mul", ["h", "h1"], ["hm"]), node("Mul", ["hm", "half"], ["gelu"]),
+        node("MatMul", ["gelu", "w2"], ["ffn"]), node("Add", ["ffn", "ln1"], ["res2"]),
+        node("LayerNormalization", ["res2", "g2", "b2"], ["out"], axis=-1, epsilon=1e-5)]
+    graph = helper.make_graph(
+        nodes, "transformer_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, seq, hidden))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, seq, hidden))],
+        [numpy_helper.from_array(w, name) for name, w in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
 def compiled(model_path, cache_dir):
     """The model compiled for INTEL_X86, the pure-TVM build host-cpu records are tuned for
     (DEFAULT hands the convolutions to oneDNN)."""
@@ -307,3 +341,25 @@ def test_latency_in_turns_alternates_paths_and_skips_each_turns_first_run():
     assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 4
     assert {name: timed for name, (_, timed) in latency.items()} == {"a": 4, "b": 4}
     assert all(seconds > 0 for seconds, _ in latency.values())
+
+
+def test_a_transformer_block_gets_its_tasks_and_records_like_a_cnn(tmp_path):
+    # BERT's work on the pure-TVM build: batched matmuls, softmax, layer norm, GELU; one trial
+    # for each of its kernels, and a compile applies every record.
+    model = transformer_block_onnx(tmp_path / "block.onnx")
+    report = odla.tune(model, trials=10, cache_dir=tmp_path, progress=False)
+    assert (report.tasks, report.trials_run) == (10, 10)
+    exe = compiled(model, tmp_path)
+    kernels = [k.removesuffix("_prepacked") for k in exe.module.tuned_kernels]
+    for work in ("fused_matmul1_multiply", "softmax", "fused_mean_subtract", "fused_matmul3_gelu"):
+        assert work in kernels, kernels
+    assert len(kernels) == 10
+    ctx = odla.create_context()
+    x = np.random.default_rng(2).standard_normal((1, 8, 16)).astype(np.float32)
+    odla.bind_to_argument(exe.args[0], x, ctx)
+    odla.launch_executable(exe, ctx)
+    import onnxruntime
+
+    expected = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(odla.get_value_data(exe.outputs[0], None, ctx), expected,
+                               rtol=1e-4, atol=1e-4)

@@ -1,0 +1,273 @@
+"""Tuning through TVM's RPC tracker: a tracker and RPC servers (TVM's own, in subprocesses on
+127.0.0.1, always killed afterwards) measure what is built here; every server measures, the
+records apply at compile time, a server killed mid-run costs no record, and bad arguments or
+an empty tracker end in OdlaError naming what was given and what was expected."""
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+
+import odla_tvm as odla
+import targets
+import targets.rpc
+from odla_tvm import Status
+from odla_tvm.cli import main as cli
+from odla_tvm.frontends.onnx import import_model
+from targets.tuning import _export_shared
+
+X = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
+# Tuned through local servers, so it must run here: LLVM's AVX2 level, as another machine's CPU.
+REMOTE = "llvm:x86-64-v3:2"
+
+pytestmark = pytest.mark.skipif(
+    os.uname().machine != "x86_64" or not targets.get_target(REMOTE).runs_here(),
+    reason="the servers here run x86-64-v3 code: needs an x86-64 CPU with AVX2 and FMA")
+
+
+def matmul_onnx(path):
+    """A matmul and a relu: one kernel, with a large search space."""
+    weight = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["out"])],
+        "matmul_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (16, 64))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (16, 64))],
+        [numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalFleet:
+    """A tracker and servers on 127.0.0.1, each in its own process group (a server forks a
+    process per session: killing the group kills what it is measuring too)."""
+
+    def __init__(self, logs):
+        self.logs = logs
+        self.port = _free_port()
+        self.processes = []
+        self.tracker = self._start("tracker", "tvm.exec.rpc_tracker")
+        deadline = time.monotonic() + 60
+        while True:  # servers retry a missing tracker only every 5 s: start them once it listens
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (self.logs / "tracker.log").read_text()
+                time.sleep(0.1)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _start(self, name, module, *args):
+        port = self.port if name == "tracker" else _free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port),
+             "--port-end", str(port + 1), *args],
+            stdout=open(self.logs / f"{name}.log", "w"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self.processes.append(process)
+        return process
+
+    def servers(self, key, count):
+        """``count`` servers under ``key``, once the tracker has them all free: their
+        processes, and their addresses."""
+        started = [self._start(f"{key}{i}", "tvm.exec.rpc_server", "--tracker", self.address,
+                               "--key", key) for i in range(count)]
+        tracker = targets.Tracker("127.0.0.1", self.port, key)
+        deadline = time.monotonic() + 60
+        while tracker.servers()[1] < count:
+            assert time.monotonic() < deadline, "the RPC servers did not register"
+            time.sleep(0.2)
+        return started, sorted(tracker.servers()[0])
+
+    def sessions(self, name) -> int:
+        """Sessions a server served, by its log."""
+        return (self.logs / f"{name}.log").read_text().count("connected from")
+
+    def kill(self, process):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def close(self):
+        for process in self.processes:
+            self.kill(process)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    local = LocalFleet(tmp_path_factory.mktemp("rpc"))
+    try:
+        yield local
+    finally:
+        local.close()
+
+
+def _records(directory):
+    lines = (directory / "database_tuning_record.json").read_text().splitlines()
+    return [json.loads(line)[1][1] for line in lines]
+
+
+def _run(module):
+    return module.run([X])[0]
+
+
+def test_two_servers_measure_and_the_records_apply(fleet, tmp_path):
+    model = matmul_onnx(tmp_path / "m.onnx")
+    _, addresses = fleet.servers("two", 2)
+    report = odla.tune(model, REMOTE, trials=32, cache_dir=tmp_path, rpc_tracker=fleet.address,
+                       rpc_key="two", progress=False)
+    assert (report.trials_run, report.trials_recorded, report.stopped_by) == (32, 32, "trials")
+    # Both servers measured: by what the runner counted, and by the servers' own logs.
+    assert sorted(report.measured_on) == addresses, report.measured_on
+    assert all(count > 0 for count in report.measured_on.values())
+    assert sum(report.measured_on.values()) == 32 and report.measured_again == 0
+    sessions = [fleet.sessions(f"two{i}") for i in range(2)]
+    assert all(sessions) and sum(sessions) == 32, sessions
+    records = _records(report.directory)
+    assert len(records) == 32 and all(max(secs) < 1 for secs in records)
+    run = json.loads((report.directory / "target.json").read_text())["runs"][-1]
+    assert run["rpc_key"] == "two" and run["measured_on"] == report.measured_on
+    assert "measured on 2 RPC servers" in report.summary()
+    # The records are those host-cpu looks for on a machine of that CPU (a fleet's database
+    # ships with its models), and compiles for the target apply them.
+    spec = targets.get_target(REMOTE)
+    there = dataclasses.replace(targets.host_cpu(), target=spec.target)
+    assert targets.TuningDatabase(there, tmp_path).directory == report.directory
+    comp = import_model(model)
+    database = targets.find_database(spec, tmp_path)
+    tuned = targets.compile_module(comp.build_module(), spec, database=database)
+    plain = targets.compile_module(comp.build_module(), spec, database=None)
+    assert tuned.tuned_kernels == ["fused_matmul_relu_prepacked"] and plain.tuned_kernels == []
+    np.testing.assert_allclose(_run(tuned), np.maximum(X @ onnx.numpy_helper.to_array(
+        onnx.load(model).graph.initializer[0]), 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_run(tuned), _run(plain), rtol=1e-5, atol=1e-5)
+
+
+def test_a_server_lost_mid_run_costs_no_record(fleet, tmp_path):
+    model = matmul_onnx(tmp_path / "m.onnx")
+    (doomed, _), addresses = fleet.servers("lose", 2)
+
+    def kill_on_third_session():
+        # The server logs a session as it opens it, then measures for 0.1 s at least.
+        deadline = time.monotonic() + 300
+        while fleet.sessions("lose0") < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        fleet.kill(doomed)
+
+    killer = threading.Thread(target=kill_on_third_session, daemon=True)
+    killer.start()
+    report = odla.tune(model, "host-cpu", trials=16, cache_dir=tmp_path,
+                       rpc_tracker=fleet.address, rpc_key="lose", progress=False)
+    killer.join()
+    assert doomed.poll() is not None
+    assert (report.trials_run, report.stopped_by) == (16, "trials")
+    # The candidate the lost server was measuring was measured again on the other: every
+    # trial has its record, with a run time (a lost measurement would read 1e10 s).
+    assert report.measured_again >= 1
+    assert sum(report.measured_on.values()) == 16
+    assert report.measured_on[max(addresses, key=lambda a: report.measured_on.get(a, 0))] >= 8
+    records = _records(report.directory)
+    assert len(records) == 16 and all(max(secs) < 1 for secs in records)
+
+
+def test_no_free_server_ends_after_a_bounded_wait(fleet, tmp_path, monkeypatch):
+    monkeypatch.setattr(targets.rpc, "SERVER_WAIT_S", 1.0)
+    started = time.monotonic()
+    with pytest.raises(odla.OdlaError) as err:
+        odla.tune(matmul_onnx(tmp_path / "m.onnx"), trials=2, cache_dir=tmp_path,
+                  rpc_tracker=fleet.address, rpc_key="nobody")
+    assert time.monotonic() - started < 30
+    assert err.value.status == Status.TIMEOUT
+    message = str(err.value)
+    assert f"no free RPC server under key 'nobody' at the tracker {fleet.address}" in message
+    assert "after waiting 1 s" in message
+    assert f"python -m tvm.exec.rpc_server --tracker {fleet.address} --key nobody" in message
+
+
+def test_bad_rpc_arguments_are_refused(tmp_path, capsys):
+    model = matmul_onnx(tmp_path / "m.onnx")
+    nothing = f"127.0.0.1:{_free_port()}"
+    bad = [
+        ({"rpc_tracker": "localhost", "rpc_key": "k"}, Status.INVALID_PARAM,
+         "rpc_tracker is 'localhost'; expected 'HOST:PORT'"),
+        ({"rpc_tracker": "h:port", "rpc_key": "k"}, Status.INVALID_PARAM, "rpc_tracker is 'h:port'"),
+        ({"rpc_tracker": "h:70000", "rpc_key": "k"}, Status.INVALID_PARAM, "a port 1-65535"),
+        ({"rpc_tracker": 9190, "rpc_key": "k"}, Status.INVALID_PARAM, "rpc_tracker is 9190"),
+        ({"rpc_tracker": "h:9190"}, Status.INVALID_PARAM, "rpc_tracker is given without rpc_key"),
+        ({"rpc_key": "k"}, Status.INVALID_PARAM, "rpc_key is given without rpc_tracker"),
+        ({"rpc_tracker": "h:9190", "rpc_key": "a:b"}, Status.INVALID_PARAM,
+         "rpc_key is 'a:b'; expected a non-empty string without ':'"),
+        ({"rpc_tracker": "h:9190", "rpc_key": ""}, Status.INVALID_PARAM, "rpc_key is ''"),
+        ({"rpc_tracker": nothing, "rpc_key": "k"}, Status.FAILURE,
+         f"rpc_tracker '{nothing}': cannot reach an RPC tracker at {nothing}"),
+    ]
+    for kwargs, status, fragment in bad:
+        with pytest.raises(odla.OdlaError) as err:
+            odla.tune(model, trials=2, cache_dir=tmp_path, **kwargs)
+        assert err.value.status == status and fragment in str(err.value), (kwargs, err.value)
+    assert "python -m tvm.exec.rpc_tracker" in str(err.value)
+    assert cli(["tune", model, "--trials", "2", "--rpc-tracker", "localhost",
+                "--rpc-key", "k"]) == 1
+    assert "rpc_tracker is 'localhost'" in capsys.readouterr().err
+
+
+def test_another_machines_cpu_is_a_target(tmp_path):
+    spec = targets.get_target("llvm:skylake-avx512:16")
+    assert spec.target == {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 16}
+    assert "avx512f" in spec.cpu_flags and spec.database_name == "host-cpu"
+    arm = targets.get_target("llvm:cortex-a76:4")
+    assert (arm.arch, arm.cross_compiler) == ("aarch64", "aarch64-linux-gnu-g++")
+    assert arm.target["mtriple"] == "aarch64-linux-gnu"
+    model = matmul_onnx(tmp_path / "m.onnx")
+    with pytest.raises(odla.OdlaError) as err:
+        odla.tune(model, "llvm:skylake-avx512:16", trials=2, cache_dir=tmp_path)
+    assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE
+    assert "another machine's CPU" in str(err.value) and "--rpc-tracker" in str(err.value)
+    for name, fragment in [("llvm:skylak:16", "LLVM knows no CPU 'skylak' for x86_64 or "
+                            "aarch64; close names: skylake"),
+                           ("llvm:skylake:x", "not of the form llvm:MCPU:CORES")]:
+        with pytest.raises(odla.OdlaError) as err:
+            odla.tune(model, name, trials=2)
+        assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE and fragment in str(err.value)
+    # Compiled and exported for it like any target.
+    assert cli(["export", model, "--target", "llvm:skylake-avx512:16", "-o",
+                str(tmp_path / "bundle")]) == 0
+    assert any((tmp_path / "bundle").iterdir())
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="needs the aarch64 cross compiler (g++-aarch64-linux-gnu)")
+def test_candidates_for_a_board_are_linked_here_for_its_architecture():
+    # What an aarch64-linux run through a tracker uploads to the board's server.
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def add_one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        for i in range(64):
+            b[i] = a[i] + T.float32(1)
+
+    spec = targets.get_target("aarch64-linux")
+    path = _export_shared(tvm.compile(add_one, target=spec.tvm_target()), spec.cross_compiler)
+    header = open(path, "rb").read(20)
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # AArch64
