@@ -7,8 +7,10 @@ Protocol, pickles on stdin and on the process's original stdout (what libraries 
 stderr): the job (a dict: path, model, feeds, threads, cache_dir) comes first; the reply gives
 ``load_s`` (import and compile, or session creation), ``first_s`` and ``outputs`` of the first
 run, or ``error``. Then ``("turn", untimed, timed)`` runs the model that many times and
-answers the timed runs' seconds, and ``("close",)`` answers the peak RSS in MB
-(``peak_rss_mb``) and exits.
+answers the timed runs' seconds, ``("checks", runs)`` answers the median seconds an ODLA run
+spends in its run-time checks (their kernels and host calls, from that many profiled runs;
+None on other paths), and ``("close",)`` answers the peak RSS in MB (``peak_rss_mb``) and
+exits.
 Nothing here imports odla_tvm at module level.
 """
 
@@ -16,6 +18,7 @@ import importlib
 import os
 import pickle
 import resource
+import statistics
 import sys
 import time
 
@@ -26,14 +29,25 @@ def _odla(job):
     import odla_tvm as odla
     from odla_tvm.frontends.onnx import import_model
 
+    import relay_bridge
+
     device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[job["path"]]])
     computation = import_model(job["model"])
     odla.set_computation_item(computation, odla.ItemType.CACHE_DIR, job["cache_dir"])
     session = odla.Session(computation, device)
+    odla.destroy_computation(computation)  # as Session.from_onnx does: the weights held once
     module, feeds = session.executable.module, job["feeds"]
     info = {"target": device.target.name, "tuned_kernels": len(module.tuned_kernels),
             "kernels": len(module.kernel_bindings)}
-    return lambda: session.run(feeds), info
+    inputs = [feeds[arg.id] for arg in session.executable.args]
+
+    def checks() -> float:
+        spent = []
+        module.run(inputs, on_call=lambda symbol, _start, seconds: spent.append(seconds)
+                   if relay_bridge.is_check_call(symbol) else None)
+        return sum(spent)
+
+    return lambda: session.run(feeds), info, checks
 
 
 def _onnxruntime(job):
@@ -45,7 +59,7 @@ def _onnxruntime(job):
     session = onnxruntime.InferenceSession(job["model"], options,
                                            providers=["CPUExecutionProvider"])
     feeds = job["feeds"]
-    return lambda: session.run(None, feeds), {}
+    return lambda: session.run(None, feeds), {}, None
 
 
 def _openvino(job):
@@ -61,7 +75,7 @@ def _openvino(job):
         request.infer(feeds)
         return [request.get_output_tensor(i).data for i in range(len(compiled.outputs))]
 
-    return run, {}
+    return run, {}, None
 
 
 LOADERS = {"onnxruntime": _onnxruntime, "openvino": _openvino,
@@ -71,18 +85,19 @@ MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino",
 
 
 def _load(job) -> tuple:
-    """(the run function or None, the reply to the job)."""
+    """(the run function or None, the function timing a run's checks or None, the reply to
+    the job)."""
     try:
         importlib.import_module(MODULES[job["path"]])  # before the clock: not the model's cost
         started = time.perf_counter()
-        run, info = LOADERS[job["path"]](job)
+        run, info, checks = LOADERS[job["path"]](job)
         load_s = time.perf_counter() - started
         started = time.perf_counter()
         outputs = [o.copy() for o in run()]
-        return run, {"load_s": load_s, "first_s": time.perf_counter() - started,
-                     "outputs": outputs, **info}
+        return run, checks, {"load_s": load_s, "first_s": time.perf_counter() - started,
+                             "outputs": outputs, **info}
     except Exception as err:  # noqa: BLE001 (the bench reports why a path did not run)
-        return None, {"error": f"{type(err).__name__}: {err}"}
+        return None, None, {"error": f"{type(err).__name__}: {err}"}
 
 
 def _turn(run, untimed: int, timed: int) -> list[float]:
@@ -120,12 +135,14 @@ def main() -> None:
         pickle.dump(message, replies, protocol=pickle.HIGHEST_PROTOCOL)
         replies.flush()
 
-    run, answer = _load(pickle.load(requests))
+    run, checks, answer = _load(pickle.load(requests))
     reply(answer)
     while True:
         command, *args = pickle.load(requests)
         if command == "turn" and run is not None:
             reply(_turn(run, *args))
+        elif command == "checks":
+            reply(None if checks is None else statistics.median(checks() for _ in range(*args)))
         elif command == "close":
             reply(peak_rss_mb())
             return

@@ -81,6 +81,7 @@ class PathResult:
     match: bool | None = None
     target: str = ""  # ODLA paths: the target the device compiled for
     error: str = ""
+    checks_s: float | None = None  # ODLA paths: a run's time in its run-time checks
 
 
 @dataclasses.dataclass
@@ -332,6 +333,11 @@ class PathProcess:
         self._send(("turn", untimed, timed))
         return self._receive()
 
+    def checks(self, runs: int) -> float | None:
+        """The median seconds a run spends in run-time checks, over ``runs`` profiled runs."""
+        self._send(("checks", runs))
+        return self._receive()
+
     def close(self) -> float | None:
         """The process's peak RSS in MB (None when it had died), after it ends."""
         rss = None
@@ -405,6 +411,7 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
             if tvm is not None:
                 latency = latency_alone(tvm, tvm.ready["first_s"], runs)
                 result.paths["tvm"].seconds, result.paths["tvm"].runs = latency
+                result.paths["tvm"].checks_s = tvm.checks(1)
                 stop("tvm")
             start("default", no_records)
             missing = openvino_missing()
@@ -418,6 +425,8 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
                                        runs, seconds)
             for path, (median, timed) in latency.items():
                 result.paths[path].seconds, result.paths[path].runs = median, timed
+            if "default" in processes:
+                result.paths["default"].checks_s = processes["default"].checks(runs)
         finally:
             for path in list(processes):
                 stop(path)
@@ -541,7 +550,9 @@ def _machine_section(threads, seconds, load) -> list[str]:
          "3 s of them. Figures are medians; ratios are latency over onnxruntime's (under 1.0x: "
          f"faster). *Match*: outputs within rtol {MATCH_RTOL:g}, atol {MATCH_ATOL:g} of "
          "onnxruntime's. *Compile*: ONNX import and compile (odla-tvm), session creation "
-         "(onnxruntime, OpenVINO)."),
+         "(onnxruntime, OpenVINO). *Checks*: what a run spends in its run-time checks (indices, "
+         "divisors, run-time shapes and sizes: their counting kernels and host calls), the "
+         "median of profiled runs, and its share of the path's latency."),
         "",
     ]
 
@@ -551,13 +562,14 @@ def _table_section(results: list[ModelResult]) -> list[str]:
         ("| model | default ms | tvm ms | onnxruntime ms | openvino ms | default / ort "
          "| tvm / ort | openvino / ort | compile s (default / tvm / ort / ov) "
          "| peak RSS MB (default / tvm / ort / ov) | match (default / tvm / ov) "
-         "| runs (turns / tvm) |"),
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+         "| checks ms (default / tvm) | runs (turns / tvm) |"),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
+        "| ---: |",
     ]
     four = ("default", "tvm", "onnxruntime", "openvino")
     for r in results:
         if r.error:
-            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 11)
+            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 12)
             continue
         path = r.paths.get
         turns = min((path(p).runs for p in IN_TURNS if path(p) and path(p).runs), default=None)
@@ -567,8 +579,18 @@ def _table_section(results: list[ModelResult]) -> list[str]:
             f"{_each([path(p) and path(p).load_s for p in four], '{:.1f}'.format)} | "
             f"{_each([path(p) and path(p).peak_rss_mb for p in four], '{:.0f}'.format)} | "
             f"{_each([path(p) and path(p).match for p in COMPARED], _yes_no)} | "
+            f"{_each([_check_share(r, p) for p in ('default', 'tvm')], str)} | "
             f"{_each([turns, path('tvm') and path('tvm').runs or None], str)} |")
     return lines + [""]
+
+
+def _check_share(result: ModelResult, path: str) -> str | None:
+    """A run's time in run-time checks on ``path``, and its share of the path's latency."""
+    checks, seconds = (getattr(result.paths.get(path), name, None)
+                       for name in ("checks_s", "seconds"))
+    if checks is None or not seconds:
+        return None
+    return f"{checks * 1e3:.2f} ({checks / seconds:.1%})"
 
 
 def _yes_no(match: bool) -> str:

@@ -8,6 +8,7 @@ from .custom_ops import register_custom_op
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
 from .graph import DYNAMIC_DIM, GraphBuilder, constant_view, dtype_of, shape_of
+from .kernels import is_check_call
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
 
@@ -24,6 +25,7 @@ __all__ = [
     "ValueOutOfRange",
     "constant_view",
     "dtype_of",
+    "is_check_call",
     "register",
     "reduce_precision",
     "register_custom_op",

@@ -67,6 +67,16 @@ def wrap_negative(indices: te.Tensor, sizes: list, checked: te.Tensor | None = N
     return te.compute(indices.shape, element, name="wrapped")
 
 
+# A run-time check is a counting kernel (named after its function below, maybe fused or
+# numbered) and a host call registered as "odla_tvm.check_*": what a profile counts as checks.
+CHECK_KERNELS = ("out_of_range_count", "zero_count", "nonzero_count", "outside_count")
+
+
+def is_check_call(symbol: str) -> bool:
+    """Whether a VM call named ``symbol`` belongs to a run-time check."""
+    return symbol.startswith("odla_tvm.check_") or any(k in symbol for k in CHECK_KERNELS)
+
+
 def count_where(x: te.Tensor, bad) -> te.Tensor:
     """How many elements of ``x`` ``bad(element, index)`` holds for, as a 1-element int64
     tensor: a reduction every target schedules, GPUs included. The counting half of each

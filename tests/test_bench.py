@@ -43,6 +43,9 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
         ran = result.paths[path]
         assert ran.error == "" and ran.seconds > 0 and ran.runs >= 3, (path, ran)
         assert ran.load_s > 0 and ran.peak_rss_mb > 0, (path, ran)
+    # The checks' time comes from profiled runs of the ODLA paths; an MLP has none.
+    assert result.paths["default"].checks_s == result.paths["tvm"].checks_s == 0
+    assert result.paths["onnxruntime"].checks_s is None
     assert result.paths["default"].match and result.paths["tvm"].match
     assert result.paths["default"].target == "host-cpu-onednn"
     assert result.paths["tvm"].target == "host-cpu"
@@ -134,7 +137,8 @@ def test_the_slow_path_is_timed_on_a_small_budget():
 
 def _row(name, default, tvm, ort, openvino=None, **paths):
     result = ModelResult(name, f"{name}.onnx", {
-        "default": PathResult(default, 5, 1.5, 900, True, "host-cpu-onednn"),
+        "default": PathResult(default, 5, 1.5, 900, True, "host-cpu-onednn",
+                              checks_s=default / 100),
         "tvm": PathResult(tvm, 3, 1.2, 850, True, "host-cpu"),
         "onnxruntime": PathResult(ort, 5, 0.2, 120),
         "openvino": (PathResult(openvino, 5, 0.4, 200, True) if openvino
@@ -151,7 +155,8 @@ def test_report_ratios_geo_means_goals_and_notes():
                   "installed; pip install -e '.[bench]'")
     assert "OpenVINO" in text and "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
     assert ("| bert | 120.0 | 1200.0 | 100.0 | 90.0 | 1.20x | 12.00x | 0.90x | "
-            "1.5 / 1.2 / 0.2 / 0.4 | 900 / 850 / 120 / 200 | yes / yes / yes | 5 / 3 |") in text
+            "1.5 / 1.2 / 0.2 / 0.4 | 900 / 850 / 120 / 200 | yes / yes / yes | 1.20 (1.0%) / - "
+            "| 5 / 3 |") in text
     assert "| vit | 200.0 | 800.0 | 200.0 | - | 1.00x | 4.00x | - |" in text
     assert "| gpt2 | failed: onnxruntime: out of memory |" in text
     assert "- vit, openvino: did not run: RuntimeError: unsupported AveragePool" in text

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import odla_tvm as odla
+import relay_bridge
 from odla_tvm import ElementType as E
 from odla_tvm import Status
 from odla_tvm import ValueType as VT
@@ -476,3 +477,22 @@ def test_onnx_slice_pad_cumsum_and_topk_parameters_given_as_inputs():
     _backend_refuses(topk, {"x": DATA, "k": np.array([11])}, "TopK", "K is 11",
                      "10 elements along axis 0")
     _backend_refuses(topk, {"x": DATA, "k": np.array([-1])}, "TopK", "K", "-1")
+
+
+def test_a_profile_tells_the_checks_calls_from_the_others():
+    """What the bench counts as the checks' time: a checked gather's counting kernel and host
+    call, and nothing else of the run."""
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (10, 4)), "table")
+    i = odla.create_argument(VT(E.INT64, (3,)), "ids")
+    odla.set_value_as_output(odla.exp(odla.gather(x, i, 0, value_id="rows")))
+    exe = odla.compile_computation(
+        comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
+    calls = []
+    outputs = exe.module.run([DATA, np.array([1, -1, 2])],
+                             on_call=lambda symbol, _start, _seconds: calls.append(symbol))
+    np.testing.assert_allclose(outputs[0], np.exp(DATA[[1, -1, 2]]), rtol=1e-6)
+    checks = [c for c in calls if relay_bridge.is_check_call(c)]
+    assert "odla_tvm.check_indices" in checks, calls
+    assert any(c.startswith("out_of_range_count") for c in checks), calls
+    assert len(checks) < len(calls) and not any("exp" in c for c in checks), calls
