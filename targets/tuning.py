@@ -215,11 +215,17 @@ class TuningDatabase:
 
 def _check_records(hashes: list, lines: list[str], directory: Path) -> None:
     """Raises ValueError for a record TVM's parser would crash on (it dereferences a null
-    in a trace, for one): each is [workload index, [[instructions, decisions], run times,
-    target, argument info]] with no null in its trace but in instructions' attributes
-    (where TVM writes them itself: TransformLayout's)."""
+    in a trace or among the run times, for one): each is [workload index, [[instructions,
+    decisions], run times, target, argument info]] with numbers for run times and no null in
+    its trace but where TVM writes one itself (TransformLayout's pad value)."""
     def has_null(node) -> bool:
         return node is None or isinstance(node, list) and any(has_null(n) for n in node)
+
+    def attributes_null(instruction: list) -> bool:
+        kind, attributes = instruction[0], instruction[2]
+        if kind == "TransformLayout":  # [index map, buffer index, pad value or null, ...]
+            attributes = [a for position, a in enumerate(attributes) if position != 2]
+        return has_null(attributes)
 
     for number, line in enumerate(lines):
         try:
@@ -227,10 +233,13 @@ def _check_records(hashes: list, lines: list[str], directory: Path) -> None:
             instructions, decisions = trace
             well_formed = (
                 type(workload) is int and 0 <= workload < len(hashes)
-                and isinstance(run_secs, list) and not has_null(decisions)
+                and isinstance(run_secs, list)
+                and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in run_secs)
+                and not has_null(decisions)
                 and all(isinstance(i, list) and len(i) == 4 and isinstance(i[0], str)
                         and all(isinstance(part, list) for part in i[1:])
-                        and not has_null([i[1], i[3]]) for i in instructions)
+                        and not has_null([i[1], i[3]]) and not attributes_null(i)
+                        for i in instructions)
                 and all(isinstance(d, list) and len(d) == 2 and type(d[0]) is int
                         for d in decisions))
         except (ValueError, TypeError):

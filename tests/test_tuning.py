@@ -118,6 +118,35 @@ def test_tune_measures_and_records_in_the_targets_database(tuned):
     assert "host-cpu" in report.summary() and "3 trials" in report.summary()
 
 
+@pytest.mark.parametrize("damage", ["null run time", "null in an Annotate's attributes",
+                                    "null instruction input"])
+def test_a_record_tvm_would_crash_on_is_refused(tuned, tmp_path, damage, caplog):
+    """Records TVM's parser dereferences nulls in (the fuzz campaign's two SIGSEGVs and an
+    earlier one) are refused, and the model compiles without them; a TransformLayout's null
+    pad value, which TVM writes itself, stays valid (test_compiles_apply_the_record)."""
+    model, cache, _, _ = tuned
+    damaged = tmp_path / "cache"
+    shutil.copytree(cache, damaged)
+    records = next(damaged.rglob("database_tuning_record.json"))
+    lines = records.read_text().splitlines()
+    record = json.loads(lines[0])
+    instructions = record[1][0][0]
+    if damage == "null run time":
+        record[1][1][0] = None
+    elif damage == "null instruction input":
+        next(i for i in instructions if i[1])[1][0] = None
+    else:
+        next(i for i in instructions if i[0] == "Annotate")[2][0] = None
+    records.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    with caplog.at_level(logging.WARNING):
+        exe = compiled(model, damaged)
+    assert "is damaged" in caplog.text
+    assert exe.module.tuned_kernels == []
+    untuned = compiled(model, tmp_path / "empty")
+    np.testing.assert_allclose(odla.Session(exe).run({"image": IMAGE})[0],
+                               odla.Session(untuned).run({"image": IMAGE})[0], rtol=1e-5)
+
+
 def test_compiles_apply_the_record(tuned, tmp_path, monkeypatch):
     model, cache, _, _ = tuned
     untuned = compiled(model, tmp_path)  # an empty cache: no records
