@@ -117,9 +117,10 @@ def build_runner(spec: TargetSpec, output: Path, library_dir: Path) -> Path:
 def build_rpc_server(spec: TargetSpec) -> Path:
     """A directory holding odla_rpc_server for ``spec``'s machine and the runtime libraries it
     finds beside itself: copy it to a board and start ``./odla_rpc_server --tracker HOST:PORT
-    --key KEY`` there. Built once per source and TVM, in the cache."""
+    --key KEY`` there. Built once per source and TVM version, in the cache."""
     source = RPC_SERVER_SOURCE.read_bytes()
-    digest = hashlib.sha256(source + tvm.__version__.encode()).hexdigest()[:12]
+    versions = f"{tvm.__version__} {tvm_ffi.__version__}".encode()
+    digest = hashlib.sha256(source + versions).hexdigest()[:12]
     directory = cache_dir() / "rpc-server" / f"{spec.arch}-{digest}"
     server = directory / "odla_rpc_server"
     if server.is_file():
