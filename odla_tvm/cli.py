@@ -112,6 +112,30 @@ def tune(args) -> None:
     print(report.summary())
 
 
+def rpc_server(args) -> None:
+    import platform
+
+    import targets
+
+    try:
+        spec = targets.get_target(args.target)
+        directory = targets.build_rpc_server(spec)
+    except KeyError as err:
+        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, err.args[0]) from None
+    except targets.ToolchainMissing as err:
+        raise OdlaError(Status.DL_ERROR, str(err)) from None
+    tracker, key = args.tracker or "TRACKER_HOST:9190", args.key or "KEY"
+    start = f"./odla_rpc_server --tracker {tracker} --key {key}"
+    print(f"odla_rpc_server for {spec.name} ({spec.arch}), with its TVM runtime: {directory}")
+    print(f"on the board: copy that directory there (scp -r {directory} BOARD:odla-rpc-server)"
+          f" and in it run\n  {start}")
+    if spec.arch != platform.machine():
+        print(f"(to try it here: qemu-{spec.arch}-static -L /usr/{spec.arch}-linux-gnu "
+              f"{directory}/odla_rpc_server --tracker {tracker} --key {key})")
+    print(f"then here: odla-tvm tune MODEL --target {spec.name} --rpc-tracker {tracker} "
+          f"--rpc-key {key}")
+
+
 def bench(args) -> None:
     import time
 
@@ -207,6 +231,14 @@ def main(argv=None) -> int:
                              "(python -m tvm.exec.rpc_tracker) instead of this machine")
     tune_parser.add_argument("--rpc-key", metavar="KEY", help="with --rpc-tracker: the key the "
                              "servers registered under (rpc_server --key)")
+    server_parser = commands.add_parser(
+        "rpc-server", help="build odla_rpc_server, the RPC server a board runs to measure "
+        "tuning candidates, and print how to start it there")
+    server_parser.add_argument("--target", default="aarch64-linux",
+                               help="the board's target (default aarch64-linux)")
+    server_parser.add_argument("--tracker", metavar="HOST:PORT",
+                               help="the tracker, as the board reaches it (for the command)")
+    server_parser.add_argument("--key", help="the key to register under (for the command)")
     bench_parser = commands.add_parser(
         "bench", help="time ONNX models (default: onnx's light CNNs) on odla-tvm's default "
         "device, the pure-TVM build, onnxruntime and OpenVINO, each in its own process; write "
@@ -242,6 +274,8 @@ def main(argv=None) -> int:
             tune(args)
         elif args.command == "bench":
             bench(args)
+        elif args.command == "rpc-server":
+            rpc_server(args)
         elif args.command == "cache":
             cache(args)
         else:

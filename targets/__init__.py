@@ -20,13 +20,14 @@ from .plugins import (
     register_plugin,
 )
 from .rpc import Tracker, TrackerError
-from .runner import RUNTIME_LIBRARIES, build_runner, runtime_libraries
+from .runner import RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries
 from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
 from .training_runtime import DeviceFunctions
 from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
 
 __all__ = [
     "RUNTIME_LIBRARIES",
+    "build_rpc_server",
     "build_runner",
     "runtime_libraries",
     "CompiledModule",

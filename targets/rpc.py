@@ -1,7 +1,7 @@
 """Measuring tuning candidates on other machines through TVM's RPC tracker.
 
 RPC servers (``python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY``, or any server
-speaking TVM's RPC protocol, such as one built on libtvm_runtime's rpc.ServerLoop for a board)
+speaking TVM's RPC protocol, such as odla_rpc_server on a board: runner/odla_rpc_server.cc)
 register with a tracker (``python -m tvm.exec.rpc_tracker``) under a key. ``TrackerRunner``
 hands each built candidate to whichever server under the key the tracker says is free, as many
 at once as there were free servers, and measures it there with MetaSchedule's own RPC runner
@@ -90,7 +90,8 @@ class Tracker:
                     f"no {'free ' if free else ''}RPC server under key {self.key!r} at the "
                     f"tracker {self.address} after waiting {wait_s:.0f} s ({len(registered)} "
                     f"registered); start one on the machine to measure on with: "
-                    f"{self.server_command()}")
+                    f"{self.server_command()} (on a board without Python: odla-tvm "
+                    f"rpc-server builds odla_rpc_server and says how to start it)")
             time.sleep(0.5)
 
     def open_session(self, session_timeout: float) -> tuple[rpc.RPCSession, str]:

@@ -1,8 +1,10 @@
-"""The Python-free runner: TVM's C++ runtime for a target's machine, and odla_runner built
-against it (source: runner/odla_runner.cc)."""
+"""The Python-free programs: TVM's C++ runtime for a target's machine, odla_runner built
+against it (source: runner/odla_runner.cc), and odla_rpc_server, the RPC server a board runs
+for tuning through a tracker (runner/odla_rpc_server.cc)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import platform
@@ -24,6 +26,7 @@ from .registry import TargetSpec
 log = logging.getLogger(__name__)
 
 RUNNER_SOURCE = Path(__file__).with_name("runner") / "odla_runner.cc"
+RPC_SERVER_SOURCE = Path(__file__).with_name("runner") / "odla_rpc_server.cc"
 # The two libraries a compiled module needs at run time, by the wheel that ships them.
 RUNTIME_LIBRARIES = {"libtvm_runtime.so": "apache-tvm", "libtvm_ffi.so": "apache-tvm-ffi"}
 _WHEEL_PLATFORMS = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
@@ -109,3 +112,35 @@ def build_runner(spec: TargetSpec, output: Path, library_dir: Path) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"building odla_runner failed:\n{done.stderr[-2000:]}")
     return output
+
+
+def build_rpc_server(spec: TargetSpec) -> Path:
+    """A directory holding odla_rpc_server for ``spec``'s machine and the runtime libraries it
+    finds beside itself: copy it to a board and start ``./odla_rpc_server --tracker HOST:PORT
+    --key KEY`` there. Built once per source and TVM version, in the cache."""
+    source = RPC_SERVER_SOURCE.read_bytes()
+    versions = f"{tvm.__version__} {tvm_ffi.__version__}".encode()
+    digest = hashlib.sha256(source + versions).hexdigest()[:12]
+    directory = cache_dir() / "rpc-server" / f"{spec.arch}-{digest}"
+    server = directory / "odla_rpc_server"
+    if server.is_file():
+        return directory
+    libraries = runtime_libraries(spec)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory.parent) as tmp:
+        staging = Path(tmp) / directory.name
+        staging.mkdir()
+        for name, path in libraries.items():
+            shutil.copyfile(path, staging / name)
+        command = [compiler(spec), "-std=c++17", "-O2", "-o", str(staging / server.name),
+                   str(RPC_SERVER_SOURCE), *[f"-I{d}" for d in include_dirs()], f"-L{staging}",
+                   "-ltvm_runtime", "-ltvm_ffi", "-Wl,-rpath,$ORIGIN"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"building odla_rpc_server failed:\n{done.stderr[-2000:]}")
+        try:
+            staging.rename(directory)
+        except OSError:  # another process built it meanwhile
+            if not server.is_file():
+                raise
+    return directory

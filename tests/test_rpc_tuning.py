@@ -1,7 +1,9 @@
 """Tuning through TVM's RPC tracker: a tracker and RPC servers (TVM's own, in subprocesses on
 127.0.0.1, always killed afterwards) measure what is built here; every server measures, the
 records apply at compile time, a server killed mid-run costs no record, and bad arguments or
-an empty tracker end in OdlaError naming what was given and what was expected."""
+an empty tracker end in OdlaError naming what was given and what was expected. A board's
+server (odla_rpc_server, built for aarch64) runs here under qemu and measures aarch64-linux
+candidates."""
 
 import contextlib
 import dataclasses
@@ -10,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -20,6 +23,7 @@ import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
+from tvm.rpc import base
 
 import odla_tvm as odla
 import targets
@@ -29,6 +33,7 @@ from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
 from targets.tuning import _export_shared
 
+QEMU = shutil.which("qemu-aarch64-static")
 X = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
 # Tuned through local servers, so it must run here: LLVM's AVX2 level, as another machine's CPU.
 REMOTE = "llvm:x86-64-v3:2"
@@ -99,6 +104,25 @@ class LocalFleet:
             assert time.monotonic() < deadline, "the RPC servers did not register"
             time.sleep(0.2)
         return started, sorted(tracker.servers()[0])
+
+    def board_server(self, key, directory):
+        """odla_rpc_server of ``directory`` (built for aarch64) under qemu, registered under
+        ``key``, once the tracker has it free: its process and its address."""
+        port = _free_port()
+        process = subprocess.Popen(
+            [QEMU, "-L", "/usr/aarch64-linux-gnu", str(directory / "odla_rpc_server"),
+             "--tracker", self.address, "--key", key, "--host", "127.0.0.1", "--port", str(port),
+             "--port-end", str(port + 1), "--work-dir", str(self.logs)],
+            stdout=open(self.logs / f"{key}0.log", "w"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self.processes.append(process)
+        tracker = targets.Tracker("127.0.0.1", self.port, key)
+        deadline = time.monotonic() + 60
+        while tracker.servers()[1] < 1:
+            assert process.poll() is None, (self.logs / f"{key}0.log").read_text()
+            assert time.monotonic() < deadline, "odla_rpc_server did not register"
+            time.sleep(0.2)
+        return process, f"127.0.0.1:{port}"
 
     def sessions(self, name) -> int:
         """Sessions a server served, by its log."""
@@ -271,3 +295,49 @@ def test_candidates_for_a_board_are_linked_here_for_its_architecture():
     path = _export_shared(tvm.compile(add_one, target=spec.tvm_target()), spec.cross_compiler)
     header = open(path, "rb").read(20)
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # AArch64
+
+
+@pytest.mark.skipif(QEMU is None or shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="needs qemu-aarch64-static and the aarch64 cross compiler "
+                    "(qemu-user-static, g++-aarch64-linux-gnu)")
+def test_a_boards_server_measures_aarch64_candidates(fleet, tmp_path, capsys):
+    # odla_rpc_server as a board runs it (here under qemu): each candidate is linked here for
+    # aarch64, uploaded, loaded, given random inputs and timed there.
+    spec = targets.get_target("aarch64-linux")
+    assert cli(["rpc-server", "--tracker", fleet.address, "--key", "board"]) == 0
+    directory = targets.build_rpc_server(spec)
+    printed = capsys.readouterr().out
+    assert f"{directory}" in printed
+    assert f"./odla_rpc_server --tracker {fleet.address} --key board" in printed
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "libtvm_ffi.so", "libtvm_runtime.so", "odla_rpc_server"]
+    _, address = fleet.board_server("board", directory)
+    model = matmul_onnx(tmp_path / "m.onnx")
+    report = odla.tune(model, "aarch64-linux", trials=4, cache_dir=tmp_path,
+                       rpc_tracker=fleet.address, rpc_key="board", progress=False)
+    assert (report.trials_run, report.trials_recorded, report.stopped_by) == (4, 4, "trials")
+    assert report.measured_on == {address: 4} and report.measured_again == 0
+    deadline = time.monotonic() + 10  # the last session ends once its client has closed
+    while (log := (fleet.logs / "board0.log").read_text()).count("finished serving") < 4:
+        assert time.monotonic() < deadline, log
+        time.sleep(0.1)
+    assert log.count("connected from") == 4 and log.count("finished serving") == 4, log
+    records = _records(report.directory)
+    assert len(records) == 4 and all(0 < max(secs) < 1 for secs in records), records
+    # Compiles for aarch64-linux apply the records.
+    comp = import_model(model)
+    tuned = targets.compile_module(comp.build_module(), spec,
+                                   database=targets.find_database(spec, tmp_path))
+    assert tuned.tuned_kernels == ["fused_matmul_relu_prepacked"]
+    # A client with another key is refused; a session past its client's timeout is ended,
+    # and the client told why; the server stays registered for the next.
+    with socket.create_connection(address.split(":")) as sock:
+        key = b"client:board:0 -timeout=5"
+        sock.sendall(struct.pack("<ii", base.RPC_MAGIC, len(key)) + key)
+        assert struct.unpack("<i", base.recvall(sock, 4))[0] == base.RPC_CODE_MISMATCH
+    tracker = targets.Tracker("127.0.0.1", fleet.port, "board")
+    session, _ = tracker.open_session(2)
+    time.sleep(2.5)
+    with pytest.raises(Exception, match="RPCSessionTimeoutError: Your 2s session has expired"):
+        session.get_function("tvm.rpc.server.workpath")("x")
+    assert tracker.wait_for_servers(10) == 1
