@@ -563,6 +563,7 @@ MATMULS = [
     ((2, 3, 5, 8), (2, 3, 8, 7), False, False),   # attention's P.V
     ((1, 4, 6, 8), (1, 1, 8, 6), False, False),   # batch axes broadcast
     ((3, 4, 5), (3, 6, 5), False, True),          # attention's Q.K^T
+    ((1, 7, 7, 24), (24, 40), True, False),       # a Linear over NHWC pixels, run as one batch
 ]
 
 
