@@ -3,6 +3,7 @@
 never a wrapped or out-of-bounds read. ONNX's negative indices keep their meaning."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -496,3 +497,29 @@ def test_a_profile_tells_the_checks_calls_from_the_others():
     assert "odla_tvm.check_indices" in checks, calls
     assert any(c.startswith("out_of_range_count") for c in checks), calls
     assert len(checks) < len(calls) and not any("exp" in c for c in checks), calls
+
+
+@pytest.mark.parametrize("op, indices, refused", [
+    ("ScatterElements", [[-4, 1]], None), ("ScatterElements", [[0, 5]], "index 5 at [0, 1]"),
+    ("ScatterND", [[-2]], None), ("ScatterND", [[7]], "index 7 at [0, 0]")])
+def test_scatter_indices_outside_the_data_are_refused(op, indices, refused):
+    """A scatter's indices (constants at import) in [-n, n-1] write where onnxruntime does;
+    one outside would write past the data and is refused, naming it and the range."""
+    updates_shape = [1, 2] if op == "ScatterElements" else [1, 3]
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "i", "u"], ["y"])], op,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+         helper.make_tensor_value_info("u", TensorProto.FLOAT, updates_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        [onnx.numpy_helper.from_array(np.array(indices, np.int64), "i")])
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    if refused:
+        with pytest.raises(odla.OdlaError, match=rf"{op}\): {re.escape(refused)} of its indices; "
+                                                 r"expected -4 to 3") as err:
+            odla.Session.from_onnx(onnx_model, engine_cache=False)
+        assert err.value.status == Status.INVALID_PARAM
+        return
+    feeds = {"x": DATA[:4, :3].copy(), "u": -np.ones(updates_shape, np.float32)}
+    expected = ort.InferenceSession(onnx_model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(
+        odla.Session.from_onnx(onnx_model, engine_cache=False).run(feeds)[0], expected)

@@ -10,7 +10,8 @@ from onnx import numpy_helper
 
 from ... import ops
 from ...computation import Value, check_fits_in_memory
-from ...types import ElementType, InterpolationMode, ValueType, element_type_of, numpy_dtype
+from ...types import (ElementType, InterpolationMode, OdlaError, Status, ValueType, element_type_of,
+                      numpy_dtype)
 from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
 
 # -- data and names ----------------------------------------------------------------------------
@@ -577,14 +578,25 @@ def _scatter(node: Node, data, updates, destinations, reduction: str, value_id=N
     return ops.process.reshape(result, dims(data), value_id=value_id)
 
 
+def _scatter_indices(indices: np.ndarray, sizes) -> np.ndarray:
+    """A scatter's indices (each against ``sizes``, broadcast over them) with ONNX's negative
+    ones wrapped; one outside [-n, n-1] is refused, naming it: it would write past the data."""
+    sizes = np.broadcast_to(np.asarray(sizes, np.int64), indices.shape)
+    bad = np.argwhere((indices < -sizes) | (indices >= sizes))
+    if len(bad):
+        at = tuple(int(i) for i in bad[0])
+        raise OdlaError(Status.INVALID_PARAM, f"index {int(indices[at])} at {list(at)} of its "
+                        f"indices; expected {-int(sizes[at])} to {int(sizes[at]) - 1}")
+    return np.where(indices < 0, indices + sizes, indices)
+
+
 @converter("Scatter")  # ScatterElements' name before opset 11
 @converter("ScatterElements")
 def scatter_elements(node: Node):
     data, updates = node.input(0), node.input(2)
     shape = static_dims(node, data)
     axis = node.attr("axis", 0) % rank(data)
-    indices = node.array(1).astype(np.int64)
-    indices = np.where(indices < 0, indices + shape[axis], indices)
+    indices = _scatter_indices(node.array(1).astype(np.int64), shape[axis])
     positions = list(np.indices(indices.shape))
     positions[axis] = indices
     return _scatter(node, data, updates, np.ravel_multi_index(positions, shape),
@@ -597,8 +609,8 @@ def scatter_nd(node: Node):
     shape = static_dims(node, data)
     indices = node.array(1).astype(np.int64)
     depth = indices.shape[-1]
-    starts = np.ravel_multi_index(np.moveaxis(np.where(indices < 0, indices + shape[:depth],
-                                                       indices), -1, 0), shape[:depth])
+    starts = np.ravel_multi_index(np.moveaxis(_scatter_indices(indices, shape[:depth]), -1, 0),
+                                  shape[:depth])
     inner = int(np.prod(shape[depth:]))  # each index names a slice of this many elements
     destinations = (starts[..., None] * inner + np.arange(inner)).reshape(dims(updates))
     return _scatter(node, data, updates, destinations, node.attr("reduction", "none"), node.id)
