@@ -20,7 +20,7 @@ from toolchain import ToolchainMissing
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
-from .layouts import layout_passes
+from .layouts import layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
 
 log = logging.getLogger(__name__)
@@ -439,8 +439,8 @@ class _ReplaceCalls(relax.expr_functor.PyExprMutator):
 def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """relax.transform.FoldConstant, with the kernels that compute constants from constants
     (weights laid out for the kernels: a transpose per convolution, a layout per prepacked
-    kernel) built together in one LLVM module, rather than one each (resnet50: 7 s of 9), and
-    chains of them (a transpose, a reshape, a product) in one build, not a build a link. Same
+    kernel) built together in one LLVM module, rather than one each (resnet50: 7 s of 9), a
+    chain of them (a reshape, then a product) in one build rather than one per link. Same
     kernels, same "llvm" target as FoldConstant's, so the same numbers."""
     for _ in range(16):  # rounds: a folded result may reach a kernel through other relax ops
         calls = _constant_kernel_calls(mod)
@@ -463,11 +463,7 @@ def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             functions[names[tvm_ffi.structural_hash(kernel)]](*values, out)
             results.append(out)
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
-        mutator = _ReplaceCalls(mod, replacements)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gvar, mutator.visit_expr(func))
-        mod = mutator.builder_.get()
+        mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))
     return relax.transform.FoldConstant()(mod)
 
 
@@ -507,11 +503,7 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantLayouts")
 def _fold_constant_layouts(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    folder = _NumpyFolder(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            folder.builder_.update_func(gvar, folder.visit_expr(func))
-    return relax.transform.DeadCodeElimination()(folder.builder_.get())
+    return rewrite_functions(mod, lambda m, _func: _NumpyFolder(m))
 
 
 def _kernel_passes(spec: TargetSpec) -> list:
