@@ -4,6 +4,8 @@ The ODLA layer hands operands as opaque handles (Relax expressions) and plain at
 this package knows nothing of devices, targets or files.
 """
 
+import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
+
 from .custom_ops import register_custom_op
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)

@@ -1,5 +1,7 @@
 """Targets: what each device compiles to, and compiling and running for it."""
 
+import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
+
 from .registry import (
     TargetSpec,
     available_targets,

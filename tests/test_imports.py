@@ -3,8 +3,12 @@ inside functions count) and no import the layers forbid, checked as scripts/impo
 checks it."""
 
 import importlib.util
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
@@ -52,3 +56,42 @@ def test_the_bridge_importing_targets_is_forbidden(tmp_path):
         "forbidden import: relay_bridge.custom -> targets",
         "forbidden import: relay_bridge.custom -> targets.plugins",
     ]
+
+
+_TORCH_AFTER_ODLA = """
+import sys
+import numpy as np
+import odla_tvm as odla
+from odla_tvm import ElementType as E, ValueType as VT
+assert "torch" not in sys.modules, "importing odla_tvm imported torch"
+import torch  # the program's own import still works once TVM is loaded
+comp = odla.create_computation()
+x = odla.create_argument(VT(E.FLOAT32, (2, 3)), "x")
+odla.set_value_as_output(odla.add(x, x, "y"))
+fed = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+(y,) = odla.Session(comp).run({"x": fed})
+np.testing.assert_array_equal(y, 2 * fed.numpy())
+print("ok")
+"""
+
+
+def test_odla_tvm_does_not_import_torch_and_takes_torch_tensors_afterwards():
+    # TVM imports torch when installed (240 MB, a second); toolchain.load_tvm hides it.
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", _TORCH_AFTER_ODLA], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_odla_tvm_imported_after_torch_uses_it():
+    pytest.importorskip("torch")
+    code = "import torch, sys, odla_tvm, tvm_ffi._convert as c; print(c.torch is sys.modules['torch'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+def test_odla_tvm_does_not_import_torch():
+    # Holds with or without torch installed; the CI machine has none.
+    code = "import sys, odla_tvm; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]

@@ -4,6 +4,8 @@ functions of custom ops (relay_bridge) and the kernels of vendor plugins (target
 It sits below both and knows neither (DESIGN.md: lowering is target-neutral), so the bridge
 compiles a custom op's C code without importing targets. Cross compilers for other machines
 are a target's business and stay in targets.
+
+Being the lowest package, it also loads TVM for the others, with torch hidden (see load_tvm).
 """
 
 from __future__ import annotations
@@ -12,11 +14,34 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import tvm_ffi.libinfo
+
+
+def load_tvm() -> None:
+    """Imports TVM with torch hidden unless the program has imported torch itself.
+
+    TVM's FFI and tvm.relax import torch whenever it is installed, for a torch interop odla-tvm
+    never uses (arrays cross by DLPack, which needs no torch): 240 MB of resident memory and
+    about a second on every import. Hidden, `import torch` fails inside TVM, which it tolerates;
+    the program's own `import torch` afterwards works as usual."""
+    if "torch" in sys.modules:
+        import tvm.relax  # noqa: F401
+        return
+    sys.modules["torch"] = None  # what makes an import raise ImportError
+    try:
+        import tvm.relax  # noqa: F401
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
+load_tvm()
+
+import tvm_ffi.libinfo  # noqa: E402
 
 
 class ToolchainMissing(RuntimeError):
