@@ -63,7 +63,10 @@ def gather(emit, x, indices, *, axis):
     check_axis(x, axis)
     if indices.ty.dtype not in ("int32", "int64"):
         raise LoweringError(f"indices are {indices.ty.dtype}; expected int32 or int64")
-    return R.take(x, _checked(emit, indices, [x.ty.shape.values[axis]], "Gather", axis), axis)
+    # "clip" rather than the default "fast": the indices are in range already (checked and
+    # wrapped), and at every compile TOPI warns that fast mode segfaults on indices out of range.
+    checked = _checked(emit, indices, [x.ty.shape.values[axis]], "Gather", axis)
+    return R.take(x, checked, axis, mode="clip")
 
 
 @register("Pad")
