@@ -145,6 +145,7 @@ class CompiledModule:
         self._vm = None
         self._main = None
         self.runtime_library = None  # what the VM runs, once made: a loaded module with vendor parts
+        self._linked = None  # the directory of the linked library, once a module needs it
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
         # Per input slot, used under _lock: (the last array run, the tensor TVM gets for it,
         # the aligned buffer it is copied into or None when TVM shares its memory). An array's
@@ -225,17 +226,32 @@ class CompiledModule:
     def _runnable_library(self):
         """The library the VM runs: a module with external functions is exported and loaded
         first, linked with the vendors' libraries (TVM's in-process link knows nothing of
-        them)."""
-        if not self.vendor_regions or not isinstance(self.library, relax.VMExecutable):
+        them). The in-memory build is then let go, and its copy of the weights with it."""
+        if not self._needs_link():
             return self.library
-        self._linked = tempfile.TemporaryDirectory(prefix="odla-tvm-")
-        path = os.path.join(self._linked.name, "module.so")
-        self.export(path)
-        return tvm.runtime.load_module(path)
+        self.library = tvm.runtime.load_module(self._linked_file())
+        return self.library
+
+    def _needs_link(self) -> bool:
+        return self._linked is not None or (
+            bool(self.vendor_regions) and isinstance(self.library, relax.VMExecutable))
+
+    def _linked_file(self) -> str:
+        """The module exported once, into a directory of its own."""
+        if self._linked is None:
+            self._linked = tempfile.TemporaryDirectory(prefix="odla-tvm-")
+            self._export_library(os.path.join(self._linked.name, "module.so"))
+        return os.path.join(self._linked.name, "module.so")
 
     def export(self, path: str) -> None:
         """Writes the module as a shared library for its target (what export_library writes),
         linked with what its vendor plugins need."""
+        if self._needs_link():
+            shutil.copyfile(self._linked_file(), path)
+        else:
+            self._export_library(path)
+
+    def _export_library(self, path: str) -> None:
         options = [o for name in self.spec.plugins
                    for o in vendor_plugins.get_plugin(name).link_options()]
         # Only with options: with a C module among the imports TVM turns None into [None].
