@@ -28,6 +28,7 @@ from .. import computation as _computation
 from ..computation import Computation, Value, ValueKind, check_fits_in_memory
 from ..ops.process import cast
 from ..types import OdlaError, Status, ValueType, element_type_of
+from .onnx_file import FileWeights, check_leaving_weights, read_leaving_weights
 from .onnx_converters.registry import (
     DEFAULT_DOMAINS,
     InputDataNeeded,
@@ -52,7 +53,13 @@ _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
 def load_model(model) -> onnx.ModelProto:
     """``model`` (a path, bytes or ModelProto) as a checked ModelProto with its local
     functions inlined; a missing, malformed or truncated model raises OdlaError."""
-    checked = False
+    return _load(model, leave_weights=False)[0]
+
+
+def _load(model, leave_weights: bool) -> tuple[onnx.ModelProto, FileWeights | None]:
+    """What load_model gives, and with ``leave_weights`` a file's large initializers left in
+    it: their data is read (from FileWeights) only as each becomes a constant."""
+    checked, weights = False, None
     if isinstance(model, onnx.ModelProto):
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -65,9 +72,14 @@ def load_model(model) -> onnx.ModelProto:
                             "an ONNX file path, bytes or an onnx.ModelProto") from None
         if not os.path.isfile(path):
             raise OdlaError(Status.FILE_NOT_EXIST, f"ONNX model file {path!r} does not exist")
-        checked = _passes_checker(path)
         try:
-            proto = onnx.load(path)
+            if leave_weights:  # checked below, the weights' bytes unread (external data)
+                proto, weights = read_leaving_weights(path)
+                if _needs_upgrade(proto):  # the version converter wants the data in the proto
+                    proto, weights = onnx.load(path), None
+            else:
+                checked = _passes_checker(path)
+                proto = onnx.load(path)
         except (DecodeError, ValueError, RuntimeError, OSError) as err:
             raise OdlaError(Status.INVALID_PARAM, f"{path!r} is not a readable ONNX model "
                             f"(malformed or truncated): {err}") from None
@@ -75,13 +87,15 @@ def load_model(model) -> onnx.ModelProto:
         raise OdlaError(Status.INVALID_PARAM, "the ONNX model has no graph (empty, malformed or "
                         "truncated)")
     try:
-        if not checked:
+        if weights is not None and weights.places:
+            check_leaving_weights(proto, weights)
+        elif not checked:
             onnx.checker.check_model(proto)
     except (onnx.checker.ValidationError, ValueError) as err:  # ValueError: text not UTF-8
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else "invalid"
         raise OdlaError(Status.INVALID_PARAM, f"the ONNX model is invalid: {first_line}") from None
     proto = onnx.inliner.inline_local_functions(proto) if proto.functions else proto
-    return _upgraded(proto)
+    return _upgraded(proto), weights
 
 
 def _passes_checker(path: str) -> bool:
@@ -128,10 +142,14 @@ def model_opset(proto: onnx.ModelProto) -> int:
     return opset
 
 
+def _needs_upgrade(proto: onnx.ModelProto) -> bool:
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    return bool(versions) and max(versions) < MIN_OPSET
+
+
 def _upgraded(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A model of an opset before MIN_OPSET upgraded by onnx's version converter."""
-    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
-    if not versions or max(versions) >= MIN_OPSET:
+    if not _needs_upgrade(proto):
         return proto
     try:
         return onnx.version_converter.convert_version(proto, MIN_OPSET)
@@ -185,13 +203,13 @@ def import_model(model, input_data: dict | None = None) -> Computation:
     model that needs data at import (a reshape's target, reduction axes...) that derives
     from small graph inputs only raises InputDataNeeded naming them; the ONNX backend then
     imports the model again with their data from the run."""
-    proto = load_model(model)
+    proto, weights = _load(model, leave_weights=True)
     opset = model_opset(proto)
     check_supported(proto, opset)
     comp = _computation.create_computation()
     try:
         with comp:
-            _Importer(proto, opset, input_data or {}).run()
+            _Importer(proto, opset, input_data or {}, weights).run()
     except BaseException:
         _computation.destroy_computation(comp)
         raise
@@ -200,8 +218,10 @@ def import_model(model, input_data: dict | None = None) -> Computation:
 
 
 class _Importer:
-    def __init__(self, proto: onnx.ModelProto, opset: int, input_data: dict):
+    def __init__(self, proto: onnx.ModelProto, opset: int, input_data: dict,
+                 weights: FileWeights | None = None):
         self.graph = proto.graph
+        self.weights = weights
         self.versions = domain_versions(proto, opset)
         self.input_data = input_data
         self.graph_outputs = frozenset(o.name for o in proto.graph.output)
@@ -213,7 +233,8 @@ class _Importer:
     def run(self) -> None:
         initializers = {t.name for t in self.graph.initializer}
         for tensor in self.graph.initializer:
-            self.values[tensor.name] = self._constant(_initializer_data(tensor), tensor.name)
+            self.values[tensor.name] = self._constant(_initializer_data(tensor, self.weights),
+                                                      tensor.name)
         for info in self.graph.input:
             if info.name in self.input_data:
                 self.values[info.name] = self._input_constant(info)
@@ -346,15 +367,18 @@ class _Importer:
             return None
 
 
-def _initializer_data(tensor: onnx.TensorProto) -> np.ndarray:
-    """An initializer's data; one too big for this machine is refused before any of it is
-    read, one whose data does not fill its dims is refused as malformed."""
+def _initializer_data(tensor: onnx.TensorProto, weights: FileWeights | None = None) -> np.ndarray:
+    """An initializer's data (from ``weights`` when left there); one too big for this machine
+    is refused before any of it is read, one whose data does not fill its dims is refused as
+    malformed."""
     try:
         value_type = ValueType(element_type(tensor.data_type), tuple(tensor.dims))
     except OdlaError as err:
         raise OdlaError(err.status, f"initializer {tensor.name!r}: {err.message}") from None
     check_fits_in_memory(tensor.name, value_type)
     try:
+        if weights is not None and tensor.name in weights:
+            return weights.read(tensor)
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError, OSError) as err:
         raise OdlaError(Status.INVALID_PARAM, f"initializer {tensor.name!r} of type {value_type} "
