@@ -147,9 +147,10 @@ class GraphBuilder:
 
     @staticmethod
     def constant(array: np.ndarray) -> relax.Constant:
-        # np.ascontiguousarray would make a scalar 1-d; an explicit dtype keeps int64 and
-        # float64 from being narrowed.
-        return relax.const(np.require(array, requirements="C"), str(array.dtype))
+        # A tensor, not the array: relax.const copies an array once more (astype) before its
+        # own copy, a third copy of each weight at the import's peak. np.ascontiguousarray
+        # would make a scalar 1-d.
+        return relax.const(tvm.runtime.tensor(np.require(array, requirements="C")))
 
     def _emit(self, expr: relax.Expr, hint: str = "t") -> relax.Var:
         if isinstance(expr, relax.Var):
