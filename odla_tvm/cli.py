@@ -25,10 +25,13 @@ from .types import ODLA_API_VERSION, DeviceInfo, DeviceName, OdlaError, Status
 from .version import __version__
 
 
-def info(_args) -> None:
+def info(args) -> None:
     import relay_bridge
     import targets
 
+    if args.target_spec:
+        write_target_spec(args.target_spec, args.force)
+        return
     print(f"odla-tvm {__version__}")
     print(f"ODLA API {ODLA_API_VERSION}")
     print(f"TVM {targets.tvm_version()}")
@@ -57,6 +60,26 @@ def info(_args) -> None:
             print(f"    item {item}: {meaning}")
     ops = relay_bridge.registered_ops()
     print(f"ops lowered: {len(ops)}: {', '.join(ops)}")
+
+
+def write_target_spec(path: str, overwrite: bool) -> None:
+    import targets
+
+    try:
+        fields = targets.write_target_spec_file(path, overwrite)
+    except FileExistsError:
+        raise OdlaError(Status.INVALID_PARAM, f"--target-spec {path!r} exists; refusing to "
+                        "overwrite it (give another FILE, or add --force to replace it)") from None
+    except ValueError as err:
+        raise OdlaError(Status.INVALID_PARAM, f"--target-spec: {err}") from None
+    except OSError as err:
+        raise OdlaError(Status.FAILURE, f"--target-spec {path!r}: cannot write it "
+                        f"({err.strerror})") from None
+    print(f"wrote {path}: this machine's CPU, {fields['mcpu']} ({fields['arch']}, "
+          f"{fields['cores']} cores; vector features: {' '.join(fields['vector_features'])})")
+    print(f"elsewhere, with {path} copied there: odla-tvm tune MODEL --target {path} "
+          f"--rpc-tracker HOST:PORT --rpc-key KEY (servers on machines like this one), or "
+          f"odla-tvm export MODEL --target {path} -o BUNDLE")
 
 
 def load_model(model: str):
@@ -185,7 +208,13 @@ def cache(args) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("info", help="versions, devices and targets of this machine")
+    info_parser = commands.add_parser("info",
+                                      help="versions, devices and targets of this machine")
+    info_parser.add_argument("--target-spec", metavar="FILE.json",
+                             help="instead, write this machine's CPU to FILE.json, a target for "
+                             "--target on other machines (to tune and compile for this one)")
+    info_parser.add_argument("--force", action="store_true",
+                             help="with --target-spec: replace FILE.json if it exists")
     demo_parser = commands.add_parser(
         "demo", help="build a small CNN through the ODLA API, compile it for this CPU, run and time it"
     )
@@ -198,8 +227,9 @@ def main(argv=None) -> int:
         "model", help="a stored executable (.odla), an ONNX model (.onnx), or "
         "package.module:function returning an ODLA computation")
     export_parser.add_argument("--target", default="host-cpu",
-                               help="target name (odla-tvm info lists them), or llvm:MCPU:CORES "
-                               "for another machine's CPU; default host-cpu")
+                               help="target name (odla-tvm info lists them), or for another "
+                               "machine's CPU llvm:MCPU:CORES or its target spec file (FILE.json, "
+                               "from odla-tvm info --target-spec there); default host-cpu")
     export_parser.add_argument("-o", "--output", required=True, help="bundle directory")
     export_parser.add_argument("--with-runner", action="store_true",
                                help="add bin/odla_runner and the TVM runtime for the target")
@@ -215,9 +245,10 @@ def main(argv=None) -> int:
     tune_parser.add_argument("model", help="an ONNX model (.onnx) or package.module:function "
                              "returning an ODLA computation")
     tune_parser.add_argument("--target", default="host-cpu",
-                             help="target name (odla-tvm info lists them), or llvm:MCPU:CORES "
-                             "for another machine's CPU (LLVM's name for it, its cores); "
-                             "default host-cpu")
+                             help="target name (odla-tvm info lists them), or for another "
+                             "machine's CPU llvm:MCPU:CORES (LLVM's name for it, its cores) or "
+                             "its target spec file (FILE.json, from odla-tvm info --target-spec "
+                             "there); default host-cpu")
     tune_parser.add_argument("--trials", type=int, help="candidates to measure for the model, "
                              "counting those earlier runs recorded")
     tune_parser.add_argument("--minutes", type=float, help="wall-clock limit of this run")

@@ -20,17 +20,21 @@ from .types import DeviceName, OdlaError, Status, check_count
 
 
 def target_spec(target) -> targets.TargetSpec:
-    """A target from a Device, a target name (``odla-tvm info`` lists them) or None: this CPU
+    """A target from a Device, a target name (``odla-tvm info`` lists them), a target spec
+    file (a path ending in .json, written by ``odla-tvm info --target-spec``) or None: this CPU
     as TVM alone compiles for it (INTEL_X86's host-cpu), the code tuning speeds up; DEFAULT
     hands its convolutions and matmuls to oneDNN."""
     if target is None:
         return checked_device(allocate_device(device_name=DeviceName.INTEL_X86)).target
     if isinstance(target, Device):
         return checked_device(target).target
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
     if not isinstance(target, str):
         raise OdlaError(
             Status.INVALID_PARAM,
-            f"target is a {type(target).__name__}; expected a Device, a target name or None",
+            f"target is a {type(target).__name__}; expected a Device, a target name, a target "
+            "spec file or None",
         )
     try:
         return targets.get_target(target)
@@ -87,7 +91,8 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
          cache_dir=None, progress: bool = True, keep_best: int | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None) -> targets.TuningReport:
     """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
-    ``target`` (a Device, a target name, or None for this CPU) and returns what the run did.
+    ``target`` (a Device, a target name, a target spec file of another machine's CPU, or None
+    for this CPU) and returns what the run did.
 
     ``trials``: candidates measured for the model's kernels, counting those earlier runs
     recorded (so an interrupted run given the same budget resumes where it stopped);
@@ -98,7 +103,7 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
 
     ``rpc_tracker`` ("HOST:PORT") and ``rpc_key``: measure on every RPC server registered with
     that TVM tracker under that key, at once (candidates are still built here); the way to
-    tune a board (aarch64-linux) or another machine's CPU (a target llvm:MCPU:CORES). A
+    tune a board (aarch64-linux) or another machine's CPU (llvm:MCPU:CORES, or its spec file). A
     server lost during the run is done without, and what it was measuring is measured again
     on the others; with no free server after targets.rpc.SERVER_WAIT_S, OdlaError (TIMEOUT)."""
     _budget(trials, minutes)

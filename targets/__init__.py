@@ -9,9 +9,11 @@ from .registry import (
     get_target,
     host_cpu,
     plugin_target,
+    read_target_spec_file,
     register_target,
     tvm_ffi_version,
     tvm_version,
+    write_target_spec_file,
 )
 from .plugins import (
     PluginPattern,
@@ -44,6 +46,7 @@ __all__ = [
     "available_plugins",
     "get_plugin",
     "plugin_target",
+    "read_target_spec_file",
     "register_plugin",
     "ToolchainMissing",
     "TuningDatabase",
@@ -59,4 +62,5 @@ __all__ = [
     "tune",
     "tvm_ffi_version",
     "tvm_version",
+    "write_target_spec_file",
 ]

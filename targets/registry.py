@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from dataclasses import dataclass, field, replace
@@ -90,7 +91,12 @@ def register_target(spec: TargetSpec) -> TargetSpec:
 
 
 def get_target(name: str) -> TargetSpec:
+    """The target called ``name``: a registered one, ``llvm:MCPU:CORES`` (remote_cpu), or a
+    target spec file (a path ending in .json: read_target_spec_file). KeyError, saying what is
+    wrong, for any other."""
     _ensure_builtin()
+    if name.endswith(TARGET_SPEC_SUFFIX):  # read each time: the file is the user's to change
+        return read_target_spec_file(name)
     if name not in _TARGETS and name.startswith(REMOTE_CPU_PREFIX):
         register_target(remote_cpu(name))
     if name not in _TARGETS and name.startswith(_PLUGIN_TARGET_PREFIX):
@@ -100,7 +106,8 @@ def get_target(name: str) -> TargetSpec:
         except KeyError:
             pass
     if name not in _TARGETS:
-        raise KeyError(f"unknown target {name!r}; available: {', '.join(sorted(_TARGETS))}")
+        raise KeyError(f"unknown target {name!r}; available: {', '.join(sorted(_TARGETS))}, "
+                       f"llvm:MCPU:CORES, or a target spec file (.json)")
     return _TARGETS[name]
 
 
@@ -149,20 +156,22 @@ _TRIPLES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 _VECTOR_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl")
 
 
-def remote_cpu(name: str) -> TargetSpec:
+def remote_cpu(name: str, arch: str | None = None) -> TargetSpec:
     """Another machine's CPU, named ``llvm:MCPU:CORES`` (LLVM's name for the CPU, and the cores
     its code may use). Of this machine's architecture, it is the target host-cpu is on such a
     machine, and its records go into the database host-cpu uses there: a fleet of one CPU type
     is tuned from anywhere (measuring on its RPC servers) and the database shipped with the
     models. Of another architecture (aarch64 from x86-64), it is cross-compiled like
-    aarch64-linux. KeyError, saying what is wrong, for a malformed name or a CPU LLVM does not
-    know."""
+    aarch64-linux. ``arch`` (a key of _TRIPLES) is the machine's architecture where it is
+    known (a target spec file says it); else it is the first whose LLVM knows MCPU, this
+    machine's tried first (some names, such as generic, both know). KeyError, saying what is
+    wrong, for a malformed name or a CPU LLVM does not know."""
     parts = name.split(":")
     if len(parts) != 3 or not parts[1] or not parts[2].isdigit() or int(parts[2]) < 1:
         raise KeyError(f"target {name!r} is not of the form llvm:MCPU:CORES (LLVM's CPU name and "
                        f"the cores its code may use, such as llvm:skylake-avx512:16)")
     mcpu, cores = parts[1], int(parts[2])
-    arches = sorted(_TRIPLES, key=lambda arch: arch != platform.machine())  # this one first
+    arches = [arch] if arch else sorted(_TRIPLES, key=lambda a: a != platform.machine())
     arch = next((a for a in arches if tvm.target.codegen.llvm_is_valid_cpu(mcpu, _TRIPLES[a])),
                 None)
     if arch is None:
@@ -184,6 +193,91 @@ def remote_cpu(name: str) -> TargetSpec:
     return replace(host_cpu(), name=name, target=target, description=description,
                    cpu_flags=tuple(f for f in _VECTOR_FEATURES if f in features),
                    remote=target != host_cpu().target, database_name=host_cpu().name)
+
+
+TARGET_SPEC_SUFFIX = ".json"  # what tells a target spec file's path from a target name
+TARGET_SPEC_VERSION = 1
+_WRITE_A_SPEC = "write it with `odla-tvm info --target-spec FILE` on the machine it describes"
+# A target spec file's fields besides its version: whether a value will do, what is expected.
+_SPEC_FIELDS = {
+    "mcpu": (lambda v: isinstance(v, str) and v != "" and ":" not in v,
+             "LLVM's name for the CPU, such as 'skylake-avx512'"),
+    "cores": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+              "the cores its code may use, an integer >= 1"),
+    "arch": (lambda v: isinstance(v, str) and v in _TRIPLES,
+             f"the machine's architecture, {' or '.join(map(repr, _TRIPLES))}"),
+    "vector_features": (lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v),
+                        "a list of the CPU's vector features, such as ['avx2', 'fma']"),
+}
+
+
+def write_target_spec_file(path, overwrite: bool = False) -> dict:
+    """Writes this machine's CPU to the target spec file ``path``, for compiling and tuning for
+    it elsewhere (read_target_spec_file), and returns what it wrote: host-cpu's LLVM mcpu and
+    cores, the architecture, and the vector features its code uses (remote_cpu's cpu_flags).
+    ValueError for a path not ending in .json or a machine of an architecture remote_cpu does
+    not know; FileExistsError where ``path`` exists, unless ``overwrite``."""
+    path, arch = os.fspath(path), platform.machine()
+    if not path.endswith(TARGET_SPEC_SUFFIX):
+        raise ValueError(f"target spec file {path!r} does not end in {TARGET_SPEC_SUFFIX}; "
+                         f"expected a name that does (how --target tells it from a target name)")
+    if arch not in _TRIPLES:
+        raise ValueError(f"this machine's architecture is {arch!r}; a target spec file can "
+                         f"describe only {' or '.join(_TRIPLES)} CPUs")
+    mcpu, cores = host_cpu().target["mcpu"], host_cpu().target["num-cores"]
+    fields = {"target_spec_version": TARGET_SPEC_VERSION, "mcpu": mcpu, "cores": cores,
+              "arch": arch, "vector_features": list(
+                  remote_cpu(f"{REMOTE_CPU_PREFIX}{mcpu}:{cores}", arch).cpu_flags)}
+    with open(path, "w" if overwrite else "x") as f:
+        json.dump(fields, f, indent=2)
+        f.write("\n")
+    return fields
+
+
+def read_target_spec_file(path) -> TargetSpec:
+    """The target a spec file describes (written on its machine by write_target_spec_file):
+    remote_cpu's for its ``llvm:MCPU:CORES`` on its architecture, so its records go into the
+    same database, described as the file's. KeyError, naming the file, the field, what was
+    given and what was expected, for a file that does not describe a CPU."""
+    path = os.fspath(path)
+
+    def bad(problem: str) -> KeyError:
+        return KeyError(f"target spec file {path!r}: {problem}; {_WRITE_A_SPEC}")
+
+    try:
+        with open(path) as f:
+            fields = json.load(f)
+    except FileNotFoundError:
+        raise bad("no such file") from None
+    except OSError as err:
+        raise bad(f"cannot be read ({err.strerror})") from None
+    except ValueError as err:
+        raise bad(f"is not JSON ({err})") from None
+    if not isinstance(fields, dict):
+        raise bad(f"holds a JSON {type(fields).__name__}; expected an object")
+    version = fields.get("target_spec_version")
+    if version != TARGET_SPEC_VERSION:
+        raise bad(f"target_spec_version is {version!r}; expected {TARGET_SPEC_VERSION}, the "
+                  f"version this odla-tvm reads")
+    for key, (fits, expected) in _SPEC_FIELDS.items():
+        if key not in fields:
+            raise bad(f"{key} is missing; expected {expected}")
+        if not fits(fields[key]):
+            raise bad(f"{key} is {fields[key]!r}; expected {expected}")
+    mcpu, cores, features = fields["mcpu"], fields["cores"], fields["vector_features"]
+    try:
+        spec = remote_cpu(f"{REMOTE_CPU_PREFIX}{mcpu}:{cores}", fields["arch"])
+    except KeyError as err:
+        raise bad(err.args[0]) from None
+    # Code for mcpu uses every feature LLVM gives it: one the machine lacks would crash there.
+    lacking = [f for f in spec.cpu_flags if f not in features]
+    if lacking:
+        raise bad(f"vector_features is {features!r}, without {', '.join(lacking)}; expected "
+                  f"every vector feature LLVM's code for {mcpu!r} uses (mcpu or vector_features "
+                  f"edited?)")
+    how = ", tuned through its RPC servers" if spec.remote else ""
+    return replace(spec, description=f"the {mcpu} CPU of target spec file {path} ({cores} "
+                                     f"cores{how})")
 
 
 AARCH64_LINUX = TargetSpec(

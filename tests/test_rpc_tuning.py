@@ -280,6 +280,112 @@ def test_another_machines_cpu_is_a_target(tmp_path):
     assert any((tmp_path / "bundle").iterdir())
 
 
+# A target spec file as one written on a 16-core Skylake-SP machine reads.
+SKYLAKE_16 = {"target_spec_version": 1, "mcpu": "skylake-avx512", "cores": 16, "arch": "x86_64",
+              "vector_features": ["avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"]}
+WRITE_A_SPEC = "write it with `odla-tvm info --target-spec FILE` on the machine it describes"
+
+
+def _spec_file(path, fields):
+    path.write_text(fields if isinstance(fields, str) else json.dumps(fields))
+    return str(path)
+
+
+def test_a_target_spec_file_written_here_is_this_cpu(tmp_path, capsys):
+    path = tmp_path / "here.json"
+    assert cli(["info", "--target-spec", str(path)]) == 0
+    assert f"wrote {path}: this machine's CPU" in capsys.readouterr().out
+    host = targets.host_cpu()
+    written = json.loads(path.read_text())
+    assert written == {"target_spec_version": 1, "mcpu": host.target["mcpu"],
+                       "cores": host.target["num-cores"], "arch": "x86_64",
+                       "vector_features": list(targets.get_target(
+                           f"llvm:{host.target['mcpu']}:{host.target['num-cores']}").cpu_flags)}
+    # Read back, it is host-cpu's target, and its records go into host-cpu's database.
+    spec = targets.get_target(str(path))
+    assert spec.target == host.target and not spec.remote and str(path) in spec.description
+    assert (targets.TuningDatabase(spec, tmp_path).directory
+            == targets.TuningDatabase(host, tmp_path).directory)
+
+
+def test_a_target_spec_file_is_not_overwritten_unless_forced(tmp_path, capsys):
+    path = tmp_path / "mine.json"
+    path.write_text("my notes")
+    assert cli(["info", "--target-spec", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"--target-spec '{path}' exists; refusing to overwrite it" in err and "--force" in err
+    assert path.read_text() == "my notes"
+    assert cli(["info", "--target-spec", str(path), "--force"]) == 0
+    assert targets.get_target(str(path)).target == targets.host_cpu().target
+    assert cli(["info", "--target-spec", str(tmp_path / "spec.txt")]) == 1
+    assert "does not end in .json" in capsys.readouterr().err
+    assert not (tmp_path / "spec.txt").exists()
+
+
+def test_another_machines_target_spec_file_is_its_cpu(tmp_path):
+    path = tmp_path / "skylake.json"
+    spec = targets.get_target(_spec_file(path, SKYLAKE_16))
+    named = targets.get_target("llvm:skylake-avx512:16")
+    assert (spec.target, spec.cpu_flags) == (named.target, named.cpu_flags)
+    assert spec == dataclasses.replace(named, description=spec.description)
+    assert str(path) in spec.description and spec.database_name == "host-cpu"
+    # The file's architecture decides where LLVM knows the CPU name on both.
+    arm = targets.get_target(_spec_file(tmp_path / "arm.json", {
+        **SKYLAKE_16, "mcpu": "generic", "cores": 4, "arch": "aarch64", "vector_features": []}))
+    assert (arm.arch, arm.target["mtriple"]) == ("aarch64", "aarch64-linux-gnu")
+    assert targets.get_target("llvm:generic:4").arch == "x86_64"
+    # Tuned (through RPC servers only) and exported like the llvm:MCPU:CORES form.
+    model = matmul_onnx(tmp_path / "m.onnx")
+    with pytest.raises(odla.OdlaError) as err:
+        odla.tune(model, path, trials=2, cache_dir=tmp_path)
+    assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE
+    assert "another machine's CPU" in str(err.value) and "--rpc-tracker" in str(err.value)
+    assert cli(["export", model, "--target", str(path), "-o", str(tmp_path / "bundle")]) == 0
+    assert any((tmp_path / "bundle").iterdir())
+
+
+def test_a_bad_target_spec_file_is_refused(tmp_path, capsys):
+    model = matmul_onnx(tmp_path / "m.onnx")
+    (tmp_path / "directory.json").mkdir()
+    bad = [
+        ("missing.json", None, "no such file"),
+        ("directory.json", None, "cannot be read (Is a directory)"),
+        ("text.json", "skylake-avx512 16", "is not JSON (Expecting value"),
+        ("list.json", [SKYLAKE_16], "holds a JSON list; expected an object"),
+        ("unversioned.json", {k: v for k, v in SKYLAKE_16.items() if k != "target_spec_version"},
+         "target_spec_version is None; expected 1"),
+        ("newer.json", {**SKYLAKE_16, "target_spec_version": 2},
+         "target_spec_version is 2; expected 1, the version this odla-tvm reads"),
+        ("coreless.json", {k: v for k, v in SKYLAKE_16.items() if k != "cores"},
+         "cores is missing; expected the cores its code may use, an integer >= 1"),
+        ("no-cores.json", {**SKYLAKE_16, "cores": 0}, "cores is 0; expected"),
+        ("text-cores.json", {**SKYLAKE_16, "cores": "16"}, "cores is '16'; expected"),
+        ("empty-mcpu.json", {**SKYLAKE_16, "mcpu": ""},
+         "mcpu is ''; expected LLVM's name for the CPU"),
+        ("riscv.json", {**SKYLAKE_16, "arch": "riscv64"},
+         "arch is 'riscv64'; expected the machine's architecture, 'x86_64' or 'aarch64'"),
+        ("features.json", {**SKYLAKE_16, "vector_features": "avx2"},
+         "vector_features is 'avx2'; expected a list"),
+        ("typo.json", {**SKYLAKE_16, "mcpu": "skylak"},
+         "target 'llvm:skylak:16': LLVM knows no CPU 'skylak' for x86_64; close names: "
+         "skylake"),
+        ("edited.json", {**SKYLAKE_16, "vector_features": ["avx2", "fma"]},
+         "vector_features is ['avx2', 'fma'], without avx512f, avx512bw, avx512dq, avx512vl; "
+         "expected every vector feature LLVM's code for 'skylake-avx512' uses"),
+    ]
+    for name, fields, fragment in bad:
+        path = str(tmp_path / name) if fields is None else _spec_file(tmp_path / name, fields)
+        with pytest.raises(odla.OdlaError) as err:
+            odla.tune(model, path, trials=2, cache_dir=tmp_path)
+        message = str(err.value)
+        assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE, (name, message)
+        assert f"target spec file '{path}': {fragment}" in message, (name, message)
+        assert message.endswith(WRITE_A_SPEC), (name, message)
+    assert cli(["export", model, "--target", str(tmp_path / "missing.json"), "-o",
+                str(tmp_path / "bundle")]) == 1
+    assert "missing.json': no such file" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
                     reason="needs the aarch64 cross compiler (g++-aarch64-linux-gnu)")
 def test_candidates_for_a_board_are_linked_here_for_its_architecture():
