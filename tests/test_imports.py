@@ -85,7 +85,8 @@ def test_odla_tvm_does_not_import_torch_and_takes_torch_tensors_afterwards():
 
 def test_odla_tvm_imported_after_torch_uses_it():
     pytest.importorskip("torch")
-    code = "import torch, sys, odla_tvm, tvm_ffi._convert as c; print(c.torch is sys.modules['torch'])"
+    code = ("import torch, sys, odla_tvm, tvm_ffi._convert as c; "
+            "print(c.torch is sys.modules['torch'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stderr[-2000:]
 

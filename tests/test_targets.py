@@ -41,8 +41,11 @@ def test_builtin_targets_describe_what_they_compile_to():
     cuda = targets.get_target("cuda")
     assert cuda.target == {"kind": "cuda", "arch": "sm_90"} and cuda.device_kind == "cuda"
     assert cuda.schedules == ("database", "dlight") and cuda.runs_here() == HAS_GPU
-    # The key is what stored code is checked against: distinct per target, stable per spec.
-    assert len({spec.key() for spec in targets.available_targets()}) == len(names)
+    # The key is what stored code is checked against: distinct per target, stable per spec
+    # (apart from llvm:MCPU:CORES of this very CPU, which other tests may have named: the same
+    # target as host-cpu).
+    named = [s for s in targets.available_targets() if not s.name.startswith("llvm:")]
+    assert len({spec.key() for spec in named}) == len(named)
     assert host.key() == str(host.tvm_target())
 
 
