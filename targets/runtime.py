@@ -174,8 +174,8 @@ class CompiledModule:
         self.device_index = device_index
         self._vm = None
         self._main = None
-        self.runtime_library = None  # what the VM runs, once made: a loaded module with vendor parts
-        self._linked = None  # the directory of the linked library, once a module needs it
+        self.runtime_library = None  # once the VM is: the library, or its vendor parts linked
+        self._vendor_dir = None  # where the vendor library is linked, once the VM needs it
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
         # Per input slot, used under _lock: (the last array run, the tensor TVM gets for it,
         # the aligned buffer it is copied into or None when TVM shares its memory). An array's
@@ -191,8 +191,13 @@ class CompiledModule:
                     f"{os.uname().machine} machine; export it and run it on the device"
                 )
             self._device = self.spec.tvm_device(self.device_index)
-            self.runtime_library = self._runnable_library()
-            self._vm = relax.VirtualMachine(self.runtime_library, self._device)
+            if self._needs_vendor_library():
+                self.runtime_library = self._vendor_library()
+                self._vm = _vm_calling(self.library, self._device, self.runtime_library,
+                                       self.vendor_regions)
+            else:
+                self.runtime_library = self.library
+                self._vm = relax.VirtualMachine(self.library, self._device)
         return self._vm
 
     def _entry(self):
@@ -253,41 +258,37 @@ class CompiledModule:
         tensors = [device_tensor(a, self._device) for a in inputs]
         return lambda: main(*tensors)
 
-    def _runnable_library(self):
-        """The library the VM runs: a module with external functions is exported and loaded
-        first, linked with the vendors' libraries (TVM's in-process link knows nothing of
-        them). The in-memory build is then let go, and its copy of the weights with it."""
-        if not self._needs_link():
-            return self.library
-        self.library = tvm.runtime.load_module(self._linked_file())
-        return self.library
+    def _needs_vendor_library(self) -> bool:
+        return bool(self.vendor_regions) and isinstance(self.library, relax.VMExecutable)
 
-    def _needs_link(self) -> bool:
-        return self._linked is not None or (
-            bool(self.vendor_regions) and isinstance(self.library, relax.VMExecutable))
-
-    def _linked_file(self) -> str:
-        """The module exported once, into a directory of its own."""
-        if self._linked is None:
-            self._linked = tempfile.TemporaryDirectory(prefix="odla-tvm-")
-            self._export_library(os.path.join(self._linked.name, "module.so"))
-        return os.path.join(self._linked.name, "module.so")
+    def _vendor_library(self) -> tvm.runtime.Module:
+        """The external functions main calls (vendor plugins' regions, custom ops' C code:
+        the static libraries among the module's imports), linked alone into a shared library
+        with what the plugins need, and loaded. TVM's in-process build cannot run them, and
+        linking the whole module instead put a second copy of the weights into the process
+        (the library's own, loaded from its file)."""
+        self._vendor_dir = tempfile.TemporaryDirectory(prefix="odla-tvm-")
+        objects = []
+        for index, part in enumerate(self.library.mod.imports):
+            if part.kind == "static_library":
+                objects.append(os.path.join(self._vendor_dir.name, f"part{index}.o"))
+                part.write_to_file(objects[-1])
+        path = os.path.join(self._vendor_dir.name, "vendor.so")
+        tvm.support.cc.create_shared(path, objects, options=self._link_options())
+        return tvm.runtime.load_module(path)
 
     def export(self, path: str) -> None:
         """Writes the module as a shared library for its target (what export_library writes),
         linked with what its vendor plugins need."""
-        if self._needs_link():
-            shutil.copyfile(self._linked_file(), path)
-        else:
-            self._export_library(path)
-
-    def _export_library(self, path: str) -> None:
-        options = [o for name in self.spec.plugins
-                   for o in vendor_plugins.get_plugin(name).link_options()]
         # Only with options: with a C module among the imports TVM turns None into [None].
+        options = self._link_options()
         extra = {"options": options} if options else {}
         self.library.export_library(path, fcompile=_fcompile(self.spec),
                                     fpack_imports=_pack_imports, **extra)
+
+    def _link_options(self) -> list[str]:
+        return [o for name in self.spec.plugins
+                for o in vendor_plugins.get_plugin(name).link_options()]
 
     def to_bytes(self) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -308,6 +309,29 @@ class CompiledModule:
                 f.write(data)
             # The loader maps the file; it may be unlinked once loaded.
             return cls.load(path, spec, device_index)
+
+
+# The global functions _vm_calling lends the VM while it loads: one VM at a time.
+_lending_lock = threading.Lock()
+
+
+def _vm_calling(executable, device, library: tvm.runtime.Module,
+                names: list[str]) -> relax.VirtualMachine:
+    """A VM of the in-memory ``executable`` that calls functions ``names`` of ``library``.
+    The VM finds each external function once, when it loads, in the executable's imports
+    (where TVM's in-process build has none that run) and then among the global functions; so
+    they are global functions just while it loads, and what they shadowed is put back."""
+    with _lending_lock:
+        shadowed = {name: tvm_ffi.get_global_func(name, allow_missing=True) for name in names}
+        try:
+            for name in names:
+                tvm_ffi.register_global_func(name, library.get_function(name), override=True)
+            return relax.VirtualMachine(executable.mod, device)  # .mod: not TVM's own jit (a link)
+        finally:
+            for name, previous in shadowed.items():
+                tvm_ffi.remove_global_func(name)
+                if previous is not None:
+                    tvm_ffi.register_global_func(name, previous, override=True)
 
 
 # TVM's compiler keeps global state (TE tag scopes among it): one compile at a time.

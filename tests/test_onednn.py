@@ -3,6 +3,7 @@ several shapes, and its code is what ran; a real CNN matches its reference outpu
 with oneDNN parts runs after export in a fresh process; without oneDNN the device is refused,
 saying what to install, and the plain CPU device still works."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from odla_tvm.frontends.onnx import import_model
 from targets import onednn
 
 RTOL, ATOL = 1e-4, 1e-5
+RNG = np.random.default_rng(0)
 
 
 def _onednn_missing() -> str:
@@ -516,6 +518,42 @@ def test_exported_module_with_onednn_parts_runs_in_a_fresh_process(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "2"
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), reference(x), rtol=RTOL, atol=ATOL)
+
+
+@needs_onednn
+def test_the_vm_runs_the_in_memory_build_calling_only_the_vendor_parts_linked():
+    import tvm_ffi
+
+    weights = RNG.standard_normal((1024, 1024)).astype(np.float32)  # 4 MB
+    x = RNG.standard_normal((2, 1024)).astype(np.float32)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        odla.set_value_as_output(odla.gemm(a, False, _constant(weights), False, 1.0, 0.0,
+                                           value_id="y"))
+
+    comp = odla.create_computation()
+    build()
+    exe = odla.compile_computation(comp, odla.allocate_device(device_name=DeviceName.DEFAULT))
+    (region,) = exe.module.vendor_regions
+    # A global function of the region's name, which lending the region to the VM must keep.
+    before = tvm_ffi.get_global_func(region, allow_missing=True)
+    tvm_ffi.register_global_func(region, lambda *args: 0, override=True)
+    mine = tvm_ffi.get_global_func(region)
+    try:
+        (y,) = odla.Session(exe).run({"x": x})
+        # The function it shadowed while the VM loaded is back.
+        assert tvm_ffi.get_global_func(region).same_as(mine)
+    finally:
+        tvm_ffi.remove_global_func(region)
+        if before is not None:
+            tvm_ffi.register_global_func(region, before, override=True)
+    np.testing.assert_allclose(y, x @ weights, rtol=RTOL, atol=1e-3)
+    assert _oneDNN_calls(exe) == 1
+    # What was linked is the vendor code alone, not the weights (the whole module was).
+    linked = exe.module.runtime_library
+    assert linked is not exe.module.library
+    assert os.path.getsize(exe.module._vendor_dir.name + "/vendor.so") < weights.nbytes / 4
 
 
 def test_without_onednn_the_device_says_what_to_install_and_the_cpu_still_works(
