@@ -506,6 +506,12 @@ class _ReplaceCalls(relax.expr_functor.PyExprMutator):
         return replacement if replacement is not None else self.visit_expr_post_order(call)
 
 
+# LLVM without its optimizations: folding kernels run once, on weights, so optimizing them
+# costs more than it saves (resnet50: 0.25 s); same values, the kernels being data movement
+# and exact products.
+_FOLD_TARGET = tvm.target.Target({"kind": "llvm", "opt-level": 0})
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldConstant")
 def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """relax.transform.FoldConstant, with the kernels that compute constants from constants
@@ -524,7 +530,7 @@ def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             if key not in names:
                 names[key] = f"fold_constant_{len(names)}"
                 kernels[names[key]] = kernel.with_attr("global_symbol", names[key])
-        library = tvm.compile(tvm.IRModule(kernels), target=tvm.target.Target("llvm"))
+        library = tvm.compile(tvm.IRModule(kernels), target=_FOLD_TARGET)
         functions = {name: library[name] for name in kernels}
         results = []
         for call, kernel, operands in calls:
