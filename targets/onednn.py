@@ -31,11 +31,16 @@ from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
 from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
 
-# oneDNN's OpenMP threads wait for work asleep, not spinning, unless the user chose: TVM's own
-# thread pool runs the ops between regions on the same cores, and spinning OpenMP workers starve
-# it and each other whenever the machine is shared (resnet50 on 2 busy cores: 495 ms spinning,
-# 112 ms asleep). libgomp reads this when it loads, with the first model library that needs it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# oneDNN's OpenMP threads wait for the next region spinning about 0.1 ms (libgomp counts some
+# 100000 spins a millisecond), then asleep, unless the user chose a policy. Asleep at once
+# (OMP_WAIT_POLICY=PASSIVE), every region woke them: light shufflenet 11.7 ms in the bench's
+# turns, 3.7 ms so; spinning long (libgomp's default, 3 ms) starves TVM's pool, which runs the
+# ops between regions on the same cores, whenever the machine is shared (resnet50 on 2 busy
+# cores: 495 ms; 0.1 ms: 65 ms; asleep at once: 93 ms). libgomp reads this when it loads, with
+# the first model library that needs it. (Until TVM stopped importing torch, toolchain.load_tvm,
+# oneDNN ran on torch's libgomp, loaded before any of this was set.)
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 # And TVM's workers sleep as soon as their kernel ends: they yield-spin 300000 times by default,
 # which on 2 cores halved the speed of the oneDNN region that came next on their core, for
 # many runs in a row (DistilBERT 45 or 100 ms by turns; 49 ms steadily with no spin). TVM
