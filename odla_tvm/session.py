@@ -64,7 +64,8 @@ class Session:
 
         device = checked_device(device)
         use_cache = engine_cache_module.enabled() if engine_cache is None else bool(engine_cache)
-        digest = engine_cache_module.model_digest(model, input_data) if use_cache else None
+        digest = engine_cache_module.model_digest(model, input_data, cache_dir) \
+            if use_cache else None
         key = None if digest is None else engine_cache_module.engine_key(digest, device, cache_dir)
         if key is not None:
             cached = engine_cache_module.load(key, device, cache_dir)

@@ -69,6 +69,34 @@ def test_another_model_or_input_data_or_version_is_a_miss(tmp_path, monkeypatch)
     assert len(engine_cache.entries(cache)) == 4
 
 
+def test_a_model_file_is_digested_once_and_again_once_it_changes(tmp_path, monkeypatch):
+    import hashlib
+    import os
+
+    cache = tmp_path / "cache"
+    path, _ = _mlp(tmp_path / "m.onnx")
+    expected = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert engine_cache.file_digest(path, cache) == expected
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    assert engine_cache.file_digest(path, cache) == expected and path not in reads  # remembered
+    monkeypatch.undo()
+    # Other weights of the same size, the modification time put back: the change time moved.
+    stat = os.stat(path)
+    _mlp(path, seed=1)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.stat(path).st_size == stat.st_size
+    changed = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert changed != expected and engine_cache.file_digest(path, cache) == changed
+    # A damaged memory of it is not believed.
+    for memo in (cache / "engines" / "digests").iterdir():
+        memo.write_text("not a digest")
+    assert engine_cache.file_digest(path, cache) == changed
+    assert cli(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert not (cache / "engines" / "digests").exists()
+
+
 @pytest.mark.parametrize("damage", ["truncated", "corrupted", "foreign", "other version"])
 def test_a_damaged_or_foreign_entry_is_rebuilt_never_run(tmp_path, damage, caplog):
     cache = tmp_path / "cache"
