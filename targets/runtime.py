@@ -15,6 +15,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
+import relay_bridge
 from toolchain import ToolchainMissing
 
 from . import plugins as vendor_plugins
@@ -570,12 +571,19 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         array = self._constant(call.args[0])
         if array is None or str(array.dtype) != str(ty.dtype):
             return call
-        return relax.const(fold(array, call))
+        # One copy, into the new constant's own tensor: relax.const given an array copies it
+        # twice (and narrows int64 and float64).
+        return relax.const(tvm.runtime.tensor(np.ascontiguousarray(fold(array, call))))
 
     def _constant(self, expr):
+        """The constant's data: a view of its tensor (a copy of vgg19's 411 MB weight took
+        memory the size of it again), or a copy for a dtype NumPy views lack (bfloat16)."""
         if isinstance(expr, relax.Var):
             expr = self.lookup_binding(expr)
-        return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+        if not isinstance(expr, tvm.ir.expr.Constant):
+            return None
+        view = relay_bridge.constant_view(expr)
+        return view if view is not None else expr.value.numpy()
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstantLayouts")

@@ -274,3 +274,22 @@ def test_convolutions_whose_winograd_tiles_spill_the_caches_stay_direct():
     rewritten = laid_out_and_rewritten(helper.make_model(graph))
     assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
     assert not winograd_kernels(rewritten)
+
+
+def test_a_constant_transposed_at_compile_time_keeps_its_dtype_and_values(caplog):
+    # int64 past int32's range: relax.const given an array made it int32, and the default
+    # schedules then failed on an add of int64 and int32.
+    import odla_tvm as odla
+    from odla_tvm import ElementType as E
+    from odla_tvm import ValueType as VT
+
+    big = (np.arange(12, dtype=np.int64) + 2**40).reshape(3, 4)
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.INT64, (4, 3)), "x")
+    turned = odla.transpose(odla.create_constant(VT(E.INT64, (3, 4)), big), (1, 0), (4, 3))
+    odla.set_value_as_output(odla.add(x, turned, "y"))
+    session = odla.Session(comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
+    (y,) = session.run({"x": np.ones((4, 3), np.int64)})
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(y, big.T + 1)
+    assert "default CPU schedules failed" not in caplog.text
