@@ -371,7 +371,8 @@ def load_bundle(path, device: Device | None = None) -> Executable:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with open(path, "rb") as f:  # in chunks: a model's library may be most of its weights
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def check_compatible(manifest: dict, device: Device | None, what: str) -> Device:

@@ -5,6 +5,7 @@ bounded, evicting the least recently used; `odla-tvm cache` lists and clears it.
 
 import json
 import logging
+import shutil
 
 import numpy as np
 import onnx
@@ -12,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
+import targets
 from odla_tvm import engine_cache
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends import onnx as onnx_frontend
@@ -48,6 +50,9 @@ def test_second_load_reads_the_engine_without_compiling(tmp_path, monkeypatch):
         raise AssertionError("the model was imported and compiled again")
 
     monkeypatch.setattr(onnx_frontend, "import_model", refuse)
+    # The library loads where it is kept, not from bytes written out to another file.
+    monkeypatch.setattr(targets.CompiledModule, "from_bytes", refuse)
+    assert (entry.path / "model.so").is_file()
     (second,) = _load(path, tmp_path / "cache").run({"x": X})
     np.testing.assert_array_equal(first, second)
     np.testing.assert_allclose(second, reference(X), rtol=1e-5, atol=1e-6)
@@ -104,16 +109,18 @@ def test_a_damaged_or_foreign_entry_is_rebuilt_never_run(tmp_path, damage, caplo
     other, _ = _mlp(tmp_path / "other.onnx", seed=3, hidden=5)
     _load(path, cache)
     (entry,) = engine_cache.entries(cache)
-    blob = entry.path.read_bytes()
+    library = entry.path / "model.so"
+    blob = library.read_bytes()
     info_path = entry.path.with_suffix(".json")
     if damage == "truncated":
-        entry.path.write_bytes(blob[: len(blob) // 2])
+        library.write_bytes(blob[: len(blob) // 2])
     elif damage == "corrupted":
-        entry.path.write_bytes(blob[:-100] + bytes(100))
+        library.write_bytes(blob[:-100] + bytes(100))
     elif damage == "foreign":  # another model's engine copied under this key
         _load(other, tmp_path / "elsewhere")
         (foreign,) = engine_cache.entries(tmp_path / "elsewhere")
-        entry.path.write_bytes(foreign.path.read_bytes())
+        shutil.rmtree(entry.path)
+        shutil.copytree(foreign.path, entry.path)
         info_path.write_text(foreign.path.with_suffix(".json").read_text())
     else:
         info = json.loads(info_path.read_text())
