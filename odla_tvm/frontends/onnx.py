@@ -111,7 +111,6 @@ def _passes_checker(path: str) -> bool:
 
 def has_external_data(model) -> bool:
     """Whether an ONNX model (path, bytes or ModelProto) keeps tensors in other files."""
-    checked = False
     if isinstance(model, onnx.ModelProto):
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
