@@ -33,6 +33,13 @@ def constant_view(handle) -> np.ndarray | None:
     return view
 
 
+def constant(array: np.ndarray) -> relax.Constant:
+    """``array`` as a Relax constant of exactly its dtype, copied once. relax.const given an
+    array copies it twice (astype, then its own copy) and narrows int64 and float64 to int32
+    and float32; np.ascontiguousarray would make a scalar 1-d."""
+    return relax.const(tvm.runtime.tensor(np.require(array, requirements="C")))
+
+
 def dtype_of(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 
@@ -147,10 +154,7 @@ class GraphBuilder:
 
     @staticmethod
     def constant(array: np.ndarray) -> relax.Constant:
-        # A tensor, not the array: relax.const copies an array once more (astype) before its
-        # own copy, a third copy of each weight at the import's peak. np.ascontiguousarray
-        # would make a scalar 1-d.
-        return relax.const(tvm.runtime.tensor(np.require(array, requirements="C")))
+        return constant(array)
 
     def _emit(self, expr: relax.Expr, hint: str = "t") -> relax.Var:
         if isinstance(expr, relax.Var):

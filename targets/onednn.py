@@ -33,12 +33,12 @@ from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_s
 
 # oneDNN's OpenMP threads wait for the next region spinning about 0.1 ms (libgomp counts some
 # 100000 spins a millisecond), then asleep, unless the user chose a policy. Asleep at once
-# (OMP_WAIT_POLICY=PASSIVE), every region woke them: light shufflenet 11.7 ms in the bench's
-# turns, 3.7 ms so; spinning long (libgomp's default, 3 ms) starves TVM's pool, which runs the
-# ops between regions on the same cores, whenever the machine is shared (resnet50 on 2 busy
-# cores: 495 ms; 0.1 ms: 65 ms; asleep at once: 93 ms). libgomp reads this when it loads, with
-# the first model library that needs it. (Until TVM stopped importing torch, toolchain.load_tvm,
-# oneDNN ran on torch's libgomp, loaded before any of this was set.)
+# (OMP_WAIT_POLICY=PASSIVE), every region woke them: MobileNetV2 8.5 ms in the bench's turns,
+# 3.5 ms so; ResNet-50 on 2 cores two other processes keep busy 88 ms, 63 ms so, 72 ms with
+# libgomp's default 3 ms spin, which takes the cores from TVM's pool running the ops between
+# regions (2-core Xeon). libgomp reads this when it loads, with the first model library that
+# needs it. (Until TVM stopped importing torch, toolchain.load_tvm, oneDNN ran on torch's
+# libgomp, loaded before any of this was set.)
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 # And TVM's workers sleep as soon as their kernel ends: they yield-spin 300000 times by default,

@@ -547,7 +547,7 @@ def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 def _transpose(array: np.ndarray, call: relax.Call) -> np.ndarray:
     axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-    return np.ascontiguousarray(np.transpose(array, axes))
+    return np.transpose(array, axes)
 
 
 # The data movement the layout and convolution rewrites leave on constants (a transpose per
@@ -571,9 +571,7 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         array = self._constant(call.args[0])
         if array is None or str(array.dtype) != str(ty.dtype):
             return call
-        # One copy, into the new constant's own tensor: relax.const given an array copies it
-        # twice (and narrows int64 and float64).
-        return relax.const(tvm.runtime.tensor(np.ascontiguousarray(fold(array, call))))
+        return relay_bridge.constant(fold(array, call))
 
     def _constant(self, expr):
         """The constant's data: a view of its tensor (a copy of vgg19's 411 MB weight took

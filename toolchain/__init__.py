@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-
 def load_tvm() -> None:
     """Imports TVM with torch hidden unless the program has imported torch itself.
 
@@ -28,14 +27,13 @@ def load_tvm() -> None:
     never uses (arrays cross by DLPack, which needs no torch): 240 MB of resident memory and
     about a second on every import. Hidden, `import torch` fails inside TVM, which it tolerates;
     the program's own `import torch` afterwards works as usual."""
-    if "torch" in sys.modules:
-        import tvm.relax  # noqa: F401
-        return
-    sys.modules["torch"] = None  # what makes an import raise ImportError
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # what makes an import raise ImportError
     try:
         import tvm.relax  # noqa: F401
     finally:
-        if sys.modules.get("torch", 0) is None:
+        if hide and sys.modules.get("torch", 0) is None:
             del sys.modules["torch"]
 
 

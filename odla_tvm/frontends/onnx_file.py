@@ -19,14 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-# ONNX TensorProto data types with a NumPy dtype of the same little-endian layout.
-_DTYPES = {
-    onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.UINT8: "u1", onnx.TensorProto.INT8: "i1",
-    onnx.TensorProto.UINT16: "<u2", onnx.TensorProto.INT16: "<i2", onnx.TensorProto.INT32: "<i4",
-    onnx.TensorProto.INT64: "<i8", onnx.TensorProto.BOOL: "?", onnx.TensorProto.FLOAT16: "<f2",
-    onnx.TensorProto.DOUBLE: "<f8", onnx.TensorProto.UINT32: "<u4",
-    onnx.TensorProto.UINT64: "<u8",
-}
+
+def _plain_dtype(data_type: int) -> np.dtype | None:
+    """The little-endian NumPy dtype raw data of ``data_type`` reads as, for NumPy's own
+    booleans, integers and floats (not ml_dtypes' bfloat16, float8 or packed int4, which
+    onnx converts itself); None for the others."""
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(data_type)
+    except (KeyError, ValueError):
+        return None
+    return dtype.newbyteorder("<") if dtype.isbuiltin == 1 and dtype.kind in "biuf" else None
+
 # Smaller raw data stays in the proto: cutting it saves nothing worth a read of its own.
 _LEFT_IN_FILE_BYTES = 64 * 1024
 
@@ -56,7 +59,7 @@ class FileWeights:
         """The initializer's data, read from the file; ValueError when its bytes do not fill
         its dims (the message says both)."""
         offset, size = self.places[tensor.name]
-        dtype = np.dtype(_DTYPES[tensor.data_type])
+        dtype = _plain_dtype(tensor.data_type)
         count = int(np.prod(tensor.dims, dtype=np.int64))
         if count * dtype.itemsize != size:
             raise ValueError(f"its raw data has {size} bytes; its dims {list(tensor.dims)} of "
@@ -202,7 +205,7 @@ def _tensor_without_weights(data, start: int, end: int, places: dict,
         elif number in (_TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION):
             return None
         kept.append(bytes(data[at:value_end]))
-    if raw is None or raw[1] < _LEFT_IN_FILE_BYTES or data_type not in _DTYPES or names != 1 \
+    if raw is None or raw[1] < _LEFT_IN_FILE_BYTES or _plain_dtype(data_type) is None or names != 1 \
             or not name or name in places:
         return None
     places[name] = raw
