@@ -432,3 +432,28 @@ def test_constant_kernels_fold_as_tvm_folds_them():
         ours, theirs = _fold_constants(legal), relax.transform.FoldConstant()(legal)
     assert ours["main"].script().count("R.call_tir") == 1  # the matmul; its weight a constant
     tvm.ir.assert_structural_equal(ours["main"], theirs["main"], map_free_vars=True)
+
+
+def test_a_product_of_constants_folds_with_numpy_before_any_kernel_is_made():
+    """Winograd's weight transform (kron(G, G) times the reshaped taps) leaves a matmul of
+    constants: it folds in NumPy with its transpose and reshapes, to relax's values."""
+    from targets.runtime import _fold_constant_layouts
+
+    g, w = data((36, 9)), data((8, 3, 3, 5))
+    taps = w.transpose(1, 2, 0, 3).reshape(9, 40)
+    mod = relax_module({"x": ((36, 40), "float32")}, lambda v: relax.op.add(v, relax.op.matmul(
+        const(g), relax.op.reshape(relax.op.permute_dims(const(w), (1, 2, 0, 3)), (9, 40)))))
+    folded = _fold_constant_layouts(mod)
+    assert "R.matmul" not in folded["main"].script()
+    constants = []
+    relax.analysis.post_order_visit(folded["main"].body, lambda e: constants.append(e.value)
+                                    if isinstance(e, tvm.ir.expr.Constant)
+                                    and isinstance(e.value, tvm.runtime.Tensor) else None)
+    (product,) = constants
+    assert product.dtype == "float32" and tuple(product.shape) == (36, 40)
+    np.testing.assert_allclose(product.numpy(), g @ taps, rtol=1e-6, atol=1e-6)
+    with tvm.transform.PassContext(opt_level=3), HOST.tvm_target():
+        theirs = relax.transform.FoldConstant()(relax.transform.LegalizeOps()(mod))
+    x = data((36, 40))
+    np.testing.assert_allclose(compile_module(folded, HOST).run([x])[0],
+                               compile_module(theirs, HOST).run([x])[0], rtol=1e-6, atol=1e-6)
