@@ -621,6 +621,18 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm
             + _kernel_passes(spec))(_partitioned(mod, spec, plugin_items))
 
 
+def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+    """``kernels`` (fused, under ``spec``'s target) with every kernel still unscheduled given
+    the target's default rules: dlight's on GPUs, targets.cpu_schedules' on CPUs (none for a
+    target with neither). The rules change the module they are given as well."""
+    if "dlight" in spec.schedules:
+        kernels = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(kernels)
+    if "cpu-default" in spec.schedules:
+        kernels = default_schedules()(kernels)
+    return kernels
+
+
 def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
                plugin_items=None) -> tvm.IRModule | None:
     """``mod`` as fused kernels scheduled from ``database`` (records tuned for ``spec``), then
@@ -638,11 +650,7 @@ def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
     if not (dlight or cpu_rules) and not _kernels(kernels, scheduled=True):
         return None
-    if dlight:
-        kernels = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(kernels)
-    if cpu_rules:
-        kernels = default_schedules()(kernels)
+    kernels = default_scheduled(kernels, spec)
     if spec.prepack_weights and (tuned or cpu_rules):
         # The weight layouts the schedules read, made once here from the constants.
         kernels = _fold_constants(_split_layout_rewrites(kernels))

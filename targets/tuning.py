@@ -3,9 +3,10 @@
 A target's database is ``<cache>/tuning/<target name>-<digest of its key>/``: MetaSchedule's two
 JSON tables (workloads, and one record per measured candidate) and ``target.json``, which names
 the target the records were measured on, the TVM that made them, the models tuned into it (by
-architecture) and every tuning run with its budget. ``find_database`` hands a target its
-database for compile_module, which applies the records to those models; records made for
-another target, or another TVM, are never applied (a warning says why).
+architecture), every tuning run with its budget, and how fast each kernel ran as the target's
+default schedules make it. ``find_database`` hands a target its database for compile_module,
+which applies the records to those models where they beat those default schedules; records
+made for another target, or another TVM, are never applied (a warning says why).
 
 A run resumes from the records already there: trials recorded for a model's kernels count
 against its trial budget, and the search starts from the best of them.
@@ -35,7 +36,7 @@ import tvm_ffi
 from . import rpc
 from .registry import TargetSpec, cpu_count
 from .runner import cache_dir as default_cache_dir
-from .runtime import fused_kernels
+from .runtime import default_scheduled, fused_kernels
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class TuningReport:
     estimated_latency_s: float | None  # sum over kernels of calls x best measured time
     stopped_by: str  # "trials", "minutes", or "done" (the trial budget was already spent)
     records_removed: int = 0  # by keep_best, afterwards
+    # Kernels whose default schedule ran faster than any of their records: compiles keep it.
+    defaults_kept: int = 0
     # Through an RPC tracker: candidates measured by each server ("host:port"), and the
     # measurements repeated because the server measuring them was lost.
     measured_on: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -73,6 +76,8 @@ class TuningReport:
                    else f"best kernels add up to {self.estimated_latency_s * 1e3:.3f} ms")
         removed = (f"; {self.records_removed} slower records removed" if self.records_removed
                    else "")
+        kept = (f"; {self.defaults_kept} kernels keep their default schedule, faster than any "
+                "record" if self.defaults_kept else "")
         servers = ""
         if self.measured_on:
             servers = (f"; measured on {len(self.measured_on)} RPC servers ("
@@ -81,7 +86,8 @@ class TuningReport:
                           if self.measured_again else ""))
         return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
                 f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
-                f"{self.stopped_by}); {latency}; database {self.directory}{removed}{servers}")
+                f"{self.stopped_by}); {latency}{kept}; database {self.directory}{removed}"
+                f"{servers}")
 
 
 class TuningDatabase:
@@ -123,18 +129,47 @@ class TuningDatabase:
         return _architecture(mod) in self.metadata().get("models", [])
 
     def records(self):
-        """The MetaSchedule database for compiling, loaded once per process while its files
-        stay the same: loading parses every workload (seconds)."""
+        """The MetaSchedule database for compiling: the records of each kernel whose best one
+        beats the kernel's default schedule (all of a kernel never timed so), loaded once per
+        process while the files stay the same (loading parses every workload: seconds)."""
         from tvm.s_tir import meta_schedule as ms
 
         files = (self.directory / _WORKLOADS, self.directory / _RECORDS)
-        stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size)
+                      for f in (*files, self.directory / _TARGET_FILE) if f.exists())
         loaded = _loaded.get(self.directory)
         if loaded is None or loaded[0] != stamp:
             _check_records(*self._tables(), self.directory)
-            loaded = _loaded[self.directory] = (stamp, ms.database.JSONDatabase(
-                str(files[0]), str(files[1]), allow_missing=False))
+            database = ms.database.JSONDatabase(str(files[0]), str(files[1]),
+                                                allow_missing=False)
+            outclassed = self.outclassed()
+            if outclassed:
+                kept = ms.database.MemoryDatabase()
+                for record in database.get_all_tuning_records():
+                    if str(tvm_ffi.structural_hash(record.workload.mod)) not in outclassed:
+                        kept.commit_tuning_record(ms.database.TuningRecord(
+                            record.trace, kept.commit_workload(record.workload.mod),
+                            record.run_secs, record.target, record.args_info))
+                database = kept
+            loaded = _loaded[self.directory] = (stamp, database)
         return loaded[1]
+
+    def default_seconds(self) -> dict[str, float | None]:
+        """Per workload: how long its kernel ran as the target's default schedules make it
+        (None: that failed to build or run)."""
+        return self.metadata().get("default_schedules", {})
+
+    def add_default_seconds(self, seconds: dict[str, float | None]) -> None:
+        meta = self.metadata()
+        meta.setdefault("default_schedules", {}).update(seconds)
+        self._write_metadata(meta)
+
+    def outclassed(self) -> set[str]:
+        """The workloads whose default schedule ran at least as fast as their best record:
+        compiles keep that schedule."""
+        defaults = self.default_seconds()
+        return {h for h, (_count, best) in self.measurements().items()
+                if defaults.get(h) is not None and (best is None or best >= defaults[h])}
 
     def open(self):
         """The MetaSchedule database to tune into (made on first use)."""
@@ -321,13 +356,14 @@ def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
          tracker: rpc.Tracker | None = None) -> TuningReport:
     """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine
     or on the RPC servers registered with ``tracker`` under its key (every one free when the
-    run starts, at once), and adds the records to the target's database. ``trials``: candidates measured for the
-    model's kernels in all runs together (what earlier runs recorded counts); ``minutes``: the
-    wall-clock limit of this run, checked after each batch. ``label`` names the model in the
-    database's run log. ``keep_best``: afterwards, keep only that many of the fastest records
-    of each kernel in the database (TuningDatabase.keep_best). rpc.TrackerError when the
-    tracker cannot be reached or has no free server under the key (after rpc.SERVER_WAIT_S),
-    or every server is lost during the run."""
+    run starts, at once), and adds the records to the target's database, with each kernel's
+    time under the default schedules (measured once, first). ``trials``: candidates measured
+    for the model's kernels in all runs together (what earlier runs recorded counts);
+    ``minutes``: the wall-clock limit of this run, checked after each batch. ``label`` names
+    the model in the database's run log. ``keep_best``: afterwards, keep only that many of the
+    fastest records of each kernel in the database (TuningDatabase.keep_best).
+    rpc.TrackerError when the tracker cannot be reached or has no free server under the key
+    (after rpc.SERVER_WAIT_S), or every server is lost during the run."""
     report = _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker)
     if keep_best is not None:
         report.records_removed = TuningDatabase(spec, cache_dir).keep_best(keep_best)
@@ -365,6 +401,14 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     budget = (trials - sum(counts)) if trials is not None else 1 << 30
     if not tasks or budget <= 0:
         return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
+    # One builder and one runner for the whole run: their processes each take seconds to start.
+    remote = fleet is not None
+    builder = ms.builder.LocalBuilder(
+        # The default 30 s is too short for a large convolution on 2 busy cores.
+        f_build=_build_candidate, timeout_sec=60, max_workers=cpu_count(),
+        f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
+        if remote else None)
+    runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
     progress_bar = _Progress(tasks, hashes, recorded, budget if trials is not None else None,
                              started + minutes * 60 if minutes is not None else None,
                              f"tuning {label} for {spec.name}", progress, fleet)
@@ -376,10 +420,9 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     phases = [([i for i, count in enumerate(counts) if count < FIRST_TRIALS], FIRST_TRIALS,
                "round-robin"),
               (list(range(_heavy_count(tasks))), None, "gradient")]
-    # One runner for the whole run: its measuring processes each take seconds to start.
-    runner = rpc.TrackerRunner(fleet) if fleet is not None else None
     with _quiet_meta_schedule():
         try:
+            _time_default_schedules(tasks, hashes, spec, database, builder, runner, progress)
             for indices, per_task, scheduler in phases:
                 left = budget - progress_bar.trials
                 if per_task is not None:
@@ -389,10 +432,10 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
                 progress_bar.phase(indices)
                 _tune_tasks([tasks[i] for i in indices], left, per_task, scheduler,
                             minutes is not None, database, ms_database, progress_bar,
-                            runner, spec)
+                            builder, runner)
         finally:
             progress_bar.close()
-            if runner is not None:
+            if remote:
                 runner.shutdown()
     stopped_by = "minutes" if progress_bar.out_of_time else "trials"
     report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by,
@@ -407,15 +450,15 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
 
 
 def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, timed: bool,
-                database: TuningDatabase, ms_database, progress_bar: _Progress,
-                runner: rpc.TrackerRunner | None, spec: TargetSpec) -> None:
+                database: TuningDatabase, ms_database, progress_bar: _Progress, builder,
+                runner) -> None:
     """One MetaSchedule run over ``tasks``: ``budget`` trials in all, at most ``per_task``
     each (None: no limit), batches chosen by MetaSchedule's task ``scheduler``; ``timed``: a
     time budget is checked between batches (ending the run with _OutOfTime), so batches are
     smaller. Round robin records each batch as it is measured; the gradient scheduler records
     nothing, and so cannot stop for time, until each task has had its first batch (with 8
-    trials a batch, a minute for 7 kernels). Measured here, or by ``runner`` on RPC servers
-    (then linked here, with ``spec``'s cross compiler for another architecture)."""
+    trials a batch, a minute for 7 kernels). Built by ``builder`` and measured by ``runner``
+    (here, or on RPC servers)."""
     from tvm.s_tir import meta_schedule as ms
 
     per_batch = max(1, min(64 if not timed else 8, per_task or budget, budget // len(tasks)))
@@ -424,26 +467,54 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
             population_size=min(512, max(64, 8 * per_batch)),
             init_min_unmeasured=min(50, max(8, 2 * per_batch))),
         num_threads=cpu_count())
-    remote = runner is not None
     try:
         ms.tune_tasks(
             tasks=contexts, task_weights=weights, work_dir=str(database.directory),
             max_trials_global=budget, max_trials_per_task=per_task or budget,
-            num_trials_per_iter=per_batch,
-            # The default 30 s is too short for a large convolution on 2 busy cores.
-            builder=ms.builder.LocalBuilder(
-                f_build=_build_candidate, timeout_sec=60, max_workers=cpu_count(),
-                f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
-                if remote else None),
-            runner=runner if remote else ms.runner.LocalRunner(timeout_sec=60),
+            num_trials_per_iter=per_batch, builder=builder, runner=runner,
             database=ms_database, measure_callbacks=[*ms.MeasureCallback.create("default"),
                                                      progress_bar.callback()],
             task_scheduler=scheduler)
     except Exception:  # TVM's FFI may hand _OutOfTime back as its own error type
-        if remote and runner.fleet.error is not None:
+        if isinstance(runner, rpc.TrackerRunner) and runner.fleet.error is not None:
             raise runner.fleet.error from None
         if not progress_bar.out_of_time:
             raise
+
+
+def _time_default_schedules(tasks: list, hashes: list[str], spec: TargetSpec,
+                            database: TuningDatabase, builder, runner, progress: bool) -> None:
+    """Measures, once per kernel, the kernel as the target's default schedules make it (what a
+    compile gives it where no record is faster), with the builder and runner that measure the
+    candidates, and keeps the seconds in ``database``: a record applies only where it beats
+    them (tuning.py's records). A kernel whose default fails to build or run gets None."""
+    from tvm.s_tir import meta_schedule as ms
+
+    known = database.default_seconds()
+    todo = [(task, h) for task, h in zip(tasks, hashes) if h not in known]
+    if not todo:
+        return
+    target = spec.tvm_target()
+    with target:
+        # A copy: the default rules change the module they are given, and tuning reads it.
+        kernels = [default_scheduled(tvm.ir.load_json(tvm.ir.save_json(task.dispatched[0])),
+                                     spec) for task, _h in todo]
+    built = builder.build([ms.builder.BuilderInput(k, target) for k in kernels])
+    inputs = [(h, ms.runner.RunnerInput(
+        b.artifact_path, spec.device_kind,
+        ms.arg_info.ArgInfo.from_entry_func(k, remove_preproc=True)))
+        for (_task, h), k, b in zip(todo, kernels, built) if b.error_msg is None]
+    seconds = dict.fromkeys((h for _task, h in todo), None)
+    futures = runner.run([runner_input for _h, runner_input in inputs])
+    for (h, _input), future in zip(inputs, tqdm.tqdm(
+            futures, desc="timing the default schedules", unit="kernel", disable=not progress)):
+        result = future.result()
+        if result.error_msg is None and result.run_secs:
+            seconds[h] = _run_seconds([float(s) for s in result.run_secs])
+    for b in built:
+        if b.artifact_path:
+            ms.utils.remove_build_dir(b.artifact_path)
+    database.add_default_seconds(seconds)
 
 
 def _by_arithmetic(tasks: list) -> list:
@@ -469,14 +540,19 @@ def _heavy_count(tasks: list, share: float = 0.995) -> int:
 
 def _report(spec, database, tasks, hashes, trials_run, started, stopped_by,
             fleet: rpc.Fleet | None) -> TuningReport:
-    recorded = database.measurements()
+    recorded, defaults = database.measurements(), database.default_seconds()
     found = [recorded.get(h, (0, None)) for h in hashes]
-    best = [task.weight * b for task, (_count, b) in zip(tasks, found) if b is not None]
+    # What a compile runs: the better of the best record and the default schedule.
+    best = [task.weight * min(t for t in (b, defaults.get(h)) if t is not None)
+            for task, h, (_count, b) in zip(tasks, hashes, found)
+            if b is not None or defaults.get(h) is not None]
+    outclassed = database.outclassed()
     return TuningReport(spec.name, database.directory, len(tasks), trials_run,
                         sum(count for count, _ in found), time.monotonic() - started,
                         sum(best) if best else None, stopped_by,
                         measured_on=dict(fleet.measured) if fleet else {},
-                        measured_again=fleet.measured_again if fleet else 0)
+                        measured_again=fleet.measured_again if fleet else 0,
+                        defaults_kept=sum(h in outclassed for h in hashes))
 
 
 @contextlib.contextmanager

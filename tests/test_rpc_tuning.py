@@ -162,12 +162,14 @@ def test_two_servers_measure_and_the_records_apply(fleet, tmp_path):
     report = odla.tune(model, REMOTE, trials=32, cache_dir=tmp_path, rpc_tracker=fleet.address,
                        rpc_key="two", progress=False)
     assert (report.trials_run, report.trials_recorded, report.stopped_by) == (32, 32, "trials")
-    # Both servers measured: by what the runner counted, and by the servers' own logs.
+    # Both servers measured: by what the runner counted, and by the servers' own logs; the
+    # kernel's default schedule too, once, before its candidates.
+    assert report.tasks == 1
     assert sorted(report.measured_on) == addresses, report.measured_on
     assert all(count > 0 for count in report.measured_on.values())
-    assert sum(report.measured_on.values()) == 32 and report.measured_again == 0
+    assert sum(report.measured_on.values()) == 33 and report.measured_again == 0
     sessions = [fleet.sessions(f"two{i}") for i in range(2)]
-    assert all(sessions) and sum(sessions) == 32, sessions
+    assert all(sessions) and sum(sessions) == 33, sessions
     records = _records(report.directory)
     assert len(records) == 32 and all(max(secs) < 1 for secs in records)
     run = json.loads((report.directory / "target.json").read_text())["runs"][-1]
@@ -180,6 +182,10 @@ def test_two_servers_measure_and_the_records_apply(fleet, tmp_path):
     assert targets.TuningDatabase(there, tmp_path).directory == report.directory
     comp = import_model(model)
     database = targets.find_database(spec, tmp_path)
+    [default_s] = database.default_seconds().values()
+    assert 0 < default_s < 1
+    # Records apply where they beat the kernel's default schedule: said here to take 1 s.
+    database.add_default_seconds(dict.fromkeys(database.default_seconds(), 1.0))
     tuned = targets.compile_module(comp.build_module(), spec, database=database)
     plain = targets.compile_module(comp.build_module(), spec, database=None)
     assert tuned.tuned_kernels == ["fused_matmul_relu_prepacked"] and plain.tuned_kernels == []
@@ -209,7 +215,7 @@ def test_a_server_lost_mid_run_costs_no_record(fleet, tmp_path):
     # The candidate the lost server was measuring was measured again on the other: every
     # trial has its record, with a run time (a lost measurement would read 1e10 s).
     assert report.measured_again >= 1
-    assert sum(report.measured_on.values()) == 16
+    assert sum(report.measured_on.values()) == 17  # and the default schedule's measurement
     assert report.measured_on[max(addresses, key=lambda a: report.measured_on.get(a, 0))] >= 8
     records = _records(report.directory)
     assert len(records) == 16 and all(max(secs) < 1 for secs in records)
@@ -422,18 +428,23 @@ def test_a_boards_server_measures_aarch64_candidates(fleet, tmp_path, capsys):
     report = odla.tune(model, "aarch64-linux", trials=4, cache_dir=tmp_path,
                        rpc_tracker=fleet.address, rpc_key="board", progress=False)
     assert (report.trials_run, report.trials_recorded, report.stopped_by) == (4, 4, "trials")
-    assert report.measured_on == {address: 4} and report.measured_again == 0
+    # The candidates and the kernel's default schedule, once.
+    assert report.measured_on == {address: 5} and report.measured_again == 0
     deadline = time.monotonic() + 10  # the last session ends once its client has closed
-    while (log := (fleet.logs / "board0.log").read_text()).count("finished serving") < 4:
+    while (log := (fleet.logs / "board0.log").read_text()).count("finished serving") < 5:
         assert time.monotonic() < deadline, log
         time.sleep(0.1)
-    assert log.count("connected from") == 4 and log.count("finished serving") == 4, log
+    assert log.count("connected from") == 5 and log.count("finished serving") == 5, log
     records = _records(report.directory)
     assert len(records) == 4 and all(0 < max(secs) < 1 for secs in records), records
-    # Compiles for aarch64-linux apply the records.
+    # Compiles for aarch64-linux apply the records (where they beat the default schedule,
+    # as here they are said to).
     comp = import_model(model)
-    tuned = targets.compile_module(comp.build_module(), spec,
-                                   database=targets.find_database(spec, tmp_path))
+    database = targets.find_database(spec, tmp_path)
+    [default_s] = database.default_seconds().values()
+    assert 0 < default_s < 1
+    database.add_default_seconds(dict.fromkeys(database.default_seconds(), 1.0))
+    tuned = targets.compile_module(comp.build_module(), spec, database=database)
     assert tuned.tuned_kernels == ["fused_matmul_relu_prepacked"]
     # A client with another key is refused; a session past its client's timeout is ended,
     # and the client told why; the server stays registered for the next.

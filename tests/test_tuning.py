@@ -93,14 +93,27 @@ def compiled(model_path, cache_dir):
     return odla.compile_computation(comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
 
 
+def default_seconds(cache, seconds):
+    """Says in ``cache``'s host-cpu database that each kernel's default schedule ran
+    ``seconds``: 1 s makes every record apply, whatever it measured; 0 none."""
+    database = targets.TuningDatabase(targets.host_cpu(), cache)
+    database.add_default_seconds(dict.fromkeys(database.default_seconds(), seconds))
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """A conv-relu model tuned with 3 trials into a fresh cache directory."""
+    """A conv-relu model tuned with 3 trials into a fresh cache directory ("measured"), and a
+    copy of it ("cache") where every record applies: the tests using it check how records
+    reach compiles; test_a_record_applies_only_where_it_beats_the_default_schedule checks
+    which do."""
     root = tmp_path_factory.mktemp("tuning")
     model = conv_relu_onnx(root / "conv_relu.onnx")
     progress = io.StringIO()
     with contextlib.redirect_stderr(progress):
-        report = odla.tune(model, "host-cpu", trials=3, cache_dir=root / "cache")
+        report = odla.tune(model, "host-cpu", trials=3, cache_dir=root / "measured")
+    shutil.copytree(root / "measured", root / "cache")
+    default_seconds(root / "cache", 1.0)
+    report.directory = root / "cache" / report.directory.relative_to(root / "measured")
     return model, root / "cache", report, progress.getvalue()
 
 
@@ -116,6 +129,38 @@ def test_tune_measures_and_records_in_the_targets_database(tuned):
     assert meta["runs"][-1]["label"] == "conv_relu" and meta["runs"][-1]["trials"] == 3
     assert "tuning conv_relu for host-cpu" in progress and "kernels done" in progress
     assert "host-cpu" in report.summary() and "3 trials" in report.summary()
+
+
+def test_a_record_applies_only_where_it_beats_the_default_schedule(tuned, tmp_path):
+    model, cache, report, progress = tuned
+    measured = targets.TuningDatabase(targets.host_cpu(), cache.parent / "measured")
+    # Each kernel's default schedule was timed once, before its candidates, as they were.
+    defaults = measured.default_seconds()
+    assert set(defaults) == set(measured.measurements()) and len(defaults) == 3
+    assert all(0 < seconds < 0.1 for seconds in defaults.values()), defaults
+    assert "timing the default schedules" in progress
+    database = targets.TuningDatabase(targets.host_cpu(), tmp_path)
+    shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
+    untuned = odla.Session(compiled(model, tmp_path / "empty")).run({"image": IMAGE})[0]
+    # Where the conv-relu's default schedule ran faster than its record, compiles keep it and
+    # apply the transposes' records.
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    conv = next(json.loads(line)[0] for line in
+                (database.directory / "database_workload.json").read_text().splitlines()
+                if "conv2d" in Workload.from_json(json.loads(line)).mod.script())
+    database.add_default_seconds({conv: 0.0})
+    exe = compiled(model, tmp_path)
+    assert exe.module.tuned_kernels == ["transpose", "transpose1"]
+    np.testing.assert_allclose(odla.Session(exe).run({"image": IMAGE})[0], untuned, rtol=1e-5,
+                               atol=1e-5)
+    # Every default faster (a change the next compile sees): no record applies, and a
+    # rerun's report says so.
+    default_seconds(tmp_path, 0.0)
+    assert compiled(model, tmp_path).module.tuned_kernels == []
+    rerun = odla.tune(model, "host-cpu", trials=3, cache_dir=tmp_path, progress=False)
+    assert (rerun.stopped_by, rerun.defaults_kept) == ("done", 3)
+    assert "3 kernels keep their default schedule" in rerun.summary()
 
 
 @pytest.mark.parametrize("damage", ["null run time", "null in an Annotate's attributes",
@@ -378,6 +423,7 @@ def test_a_transformer_block_gets_its_tasks_and_records_like_a_cnn(tmp_path):
     model = transformer_block_onnx(tmp_path / "block.onnx")
     report = odla.tune(model, trials=10, cache_dir=tmp_path, progress=False)
     assert (report.tasks, report.trials_run) == (10, 10)
+    default_seconds(tmp_path, 1.0)  # where records beat the default schedules, they apply
     exe = compiled(model, tmp_path)
     kernels = [k.removesuffix("_prepacked") for k in exe.module.tuned_kernels]
     for work in ("fused_matmul1_multiply", "softmax", "fused_mean_subtract", "fused_matmul3_gelu"):
