@@ -401,17 +401,6 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     budget = (trials - sum(counts)) if trials is not None else 1 << 30
     if not tasks or budget <= 0:
         return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
-    # One builder and one runner for the whole run: their processes each take seconds to start.
-    remote = fleet is not None
-    builder = ms.builder.LocalBuilder(
-        # The default 30 s is too short for a large convolution on 2 busy cores.
-        f_build=_build_candidate, timeout_sec=60, max_workers=cpu_count(),
-        f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
-        if remote else None)
-    runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
-    progress_bar = _Progress(tasks, hashes, recorded, budget if trials is not None else None,
-                             started + minutes * 60 if minutes is not None else None,
-                             f"tuning {label} for {spec.name}", progress, fleet)
     # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
     # core, unvectorized (resnet50's smallest 1x1 convolution so took longer than all its
     # tuned ones). Then the kernels doing most of the arithmetic share the rest, each batch
@@ -420,21 +409,36 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     phases = [([i for i, count in enumerate(counts) if count < FIRST_TRIALS], FIRST_TRIALS,
                "round-robin"),
               (list(range(_heavy_count(tasks))), None, "gradient")]
+    remote = fleet is not None
     with _quiet_meta_schedule():
+        # One builder and one runner for the whole run: their processes take seconds to start.
+        builder = ms.builder.LocalBuilder(
+            # The default 30 s is too short for a large convolution on 2 busy cores.
+            f_build=_build_candidate, timeout_sec=60, max_workers=cpu_count(),
+            f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
+            if remote else None)
+        runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
         try:
             _time_default_schedules(tasks, hashes, spec, database, builder, runner, progress)
-            for indices, per_task, scheduler in phases:
-                left = budget - progress_bar.trials
-                if per_task is not None:
-                    left = min(left, sum(per_task - counts[i] for i in indices))
-                if not indices or left <= 0 or progress_bar.out_of_time:
-                    continue
-                progress_bar.phase(indices)
-                _tune_tasks([tasks[i] for i in indices], left, per_task, scheduler,
-                            minutes is not None, database, ms_database, progress_bar,
-                            builder, runner)
+            progress_bar = _Progress(
+                tasks, hashes, recorded, database.default_seconds(),
+                budget if trials is not None else None,
+                started + minutes * 60 if minutes is not None else None,
+                f"tuning {label} for {spec.name}", progress, fleet)
+            try:
+                for indices, per_task, scheduler in phases:
+                    left = budget - progress_bar.trials
+                    if per_task is not None:
+                        left = min(left, sum(per_task - counts[i] for i in indices))
+                    if not indices or left <= 0 or progress_bar.out_of_time:
+                        continue
+                    progress_bar.phase(indices)
+                    _tune_tasks([tasks[i] for i in indices], left, per_task, scheduler,
+                                minutes is not None, database, ms_database, progress_bar,
+                                builder, runner)
+            finally:
+                progress_bar.close()
         finally:
-            progress_bar.close()
             if remote:
                 runner.shutdown()
     stopped_by = "minutes" if progress_bar.out_of_time else "trials"
@@ -468,13 +472,15 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
             init_min_unmeasured=min(50, max(8, 2 * per_batch))),
         num_threads=cpu_count())
     try:
-        ms.tune_tasks(
-            tasks=contexts, task_weights=weights, work_dir=str(database.directory),
-            max_trials_global=budget, max_trials_per_task=per_task or budget,
-            num_trials_per_iter=per_batch, builder=builder, runner=runner,
-            database=ms_database, measure_callbacks=[*ms.MeasureCallback.create("default"),
-                                                     progress_bar.callback()],
-            task_scheduler=scheduler)
+        # Each run sets MetaSchedule's logging up again, its console at the logger's level.
+        with _quiet_meta_schedule():
+            ms.tune_tasks(
+                tasks=contexts, task_weights=weights, work_dir=str(database.directory),
+                max_trials_global=budget, max_trials_per_task=per_task or budget,
+                num_trials_per_iter=per_batch, builder=builder, runner=runner,
+                database=ms_database, measure_callbacks=[
+                    *ms.MeasureCallback.create("default"), progress_bar.callback()],
+                task_scheduler=scheduler)
     except Exception:  # TVM's FFI may hand _OutOfTime back as its own error type
         if isinstance(runner, rpc.TrackerRunner) and runner.fleet.error is not None:
             raise runner.fleet.error from None
@@ -499,21 +505,22 @@ def _time_default_schedules(tasks: list, hashes: list[str], spec: TargetSpec,
         # A copy: the default rules change the module they are given, and tuning reads it.
         kernels = [default_scheduled(tvm.ir.load_json(tvm.ir.save_json(task.dispatched[0])),
                                      spec) for task, _h in todo]
-    built = builder.build([ms.builder.BuilderInput(k, target) for k in kernels])
-    inputs = [(h, ms.runner.RunnerInput(
-        b.artifact_path, spec.device_kind,
-        ms.arg_info.ArgInfo.from_entry_func(k, remove_preproc=True)))
-        for (_task, h), k, b in zip(todo, kernels, built) if b.error_msg is None]
     seconds = dict.fromkeys((h for _task, h in todo), None)
-    futures = runner.run([runner_input for _h, runner_input in inputs])
-    for (h, _input), future in zip(inputs, tqdm.tqdm(
-            futures, desc="timing the default schedules", unit="kernel", disable=not progress)):
-        result = future.result()
-        if result.error_msg is None and result.run_secs:
-            seconds[h] = _run_seconds([float(s) for s in result.run_secs])
-    for b in built:
-        if b.artifact_path:
-            ms.utils.remove_build_dir(b.artifact_path)
+    with tqdm.tqdm(total=len(todo), desc="building the default schedules", unit="kernel",
+                   disable=not progress) as bar:
+        built = builder.build([ms.builder.BuilderInput(k, target) for k in kernels])
+        bar.set_description("timing the default schedules")
+        # One at a time: LocalRunner measures every input it is given before it returns.
+        for (_task, h), kernel, b in zip(todo, kernels, built):
+            if b.error_msg is None:
+                [future] = runner.run([ms.runner.RunnerInput(
+                    b.artifact_path, spec.device_kind,
+                    ms.arg_info.ArgInfo.from_entry_func(kernel, remove_preproc=True))])
+                result = future.result()
+                ms.utils.remove_build_dir(b.artifact_path)
+                if result.error_msg is None and result.run_secs:
+                    seconds[h] = _run_seconds([float(s) for s in result.run_secs])
+            bar.update()
     database.add_default_seconds(seconds)
 
 
@@ -579,14 +586,15 @@ class _OutOfTime(Exception):
 
 class _Progress:
     """A tqdm bar over the trials: kernels done in this phase, the model's best kernel time so
-    far (calls x best time, summed over measured kernels), the RPC servers measuring (those
-    that measured and were not lost since), and the time left of a minutes budget. Ends the
-    run (raising _OutOfTime) once that time is up."""
+    far (calls x the better of the best record and the default schedule, summed over measured
+    kernels), the RPC servers measuring (those that measured and were not lost since), and the
+    time left of a minutes budget. Ends the run (raising _OutOfTime) once that time is up."""
 
-    def __init__(self, tasks, hashes, recorded, total, deadline, description, enabled,
-                 fleet=None):
+    def __init__(self, tasks, hashes, recorded, defaults, total, deadline, description,
+                 enabled, fleet=None):
         self.weights = [t.weight for t in tasks]
-        self.best = [recorded.get(h, (0, None))[1] for h in hashes]
+        self.best = [min((t for t in (recorded.get(h, (0, None))[1], defaults.get(h))
+                          if t is not None), default=None) for h in hashes]
         self.indices = list(range(len(tasks)))  # the phase's tasks, by MetaSchedule's task id
         self.deadline = deadline
         self.fleet = fleet

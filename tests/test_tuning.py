@@ -297,12 +297,14 @@ def test_a_time_budget_ends_the_run_after_recording_its_batch():
     class Result:
         error_msg, run_secs = None, [0.002, 0.004]
 
-    progress = _Progress(Scheduler.tasks_, ["a", "b"], {"b": (5, 0.001)}, None,
-                         time.monotonic() - 1, "tuning", False)
+    # Each kernel's best: the faster of its best record and its default schedule.
+    progress = _Progress(Scheduler.tasks_, ["a", "b"], {"b": (5, 0.001)},
+                         {"a": 0.005, "b": 0.0005}, None, time.monotonic() - 1, "tuning", False)
+    assert progress.best == [0.005, 0.0005]
     with pytest.raises(_OutOfTime):
         progress.update(Scheduler(), 0, [Result()])
     assert progress.out_of_time
-    assert progress.trials == 1 and progress.best == [0.003, 0.001]
+    assert progress.trials == 1 and progress.best == [0.003, 0.0005]
     progress.close()
 
 
