@@ -29,6 +29,7 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
+from .layouts import op_name, rewrite_functions
 from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
 
 # oneDNN's OpenMP threads wait for the next region spinning about 0.1 ms (libgomp counts some
@@ -458,9 +459,40 @@ def _concat_pattern(count: int) -> PluginPattern:
 MAX_CONCAT_INPUTS = 16
 
 
+# Ops whose result no pattern takes an elementwise op after (they have no post-ops).
+_NO_POST_OPS = ("relax.concat", "relax.nn.max_pool2d", "relax.nn.avg_pool2d")
+
+
+@relax.expr_functor.mutator
+class _ChannelScales(relax.expr_functor.PyExprMutator):
+    """x * scale, with x a concatenation's or a pool's NCHW result and one constant scale per
+    channel, as the same products by a depthwise 1x1 convolution: the convolution pattern then
+    takes it, with the shift, ReLU and the rest as post-ops. A pre-activation batch norm
+    (DenseNet's, on each concatenation) was otherwise left to TVM between regions, cutting a
+    dense block into one region per layer, each reordering the whole concatenation into
+    oneDNN's layout (light densenet121: 122 reorders, 5.9 ms of a 39 ms run)."""
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if op_name(call) != "relax.multiply":
+            return call
+        x, scale = call.args if _is_constant(call.args[1]) else call.args[::-1]
+        shape = _shape(x)
+        if (not _is_constant(scale) or _shape(scale) is None or shape is None
+                or len(shape) != 4 or _shape(call) != shape
+                or _shape(scale) not in ((1, shape[1], 1, 1), (shape[1], 1, 1))
+                or not isinstance(x, relax.Var)
+                or op_name(self.lookup_binding(x)) not in _NO_POST_OPS):
+            return call
+        weight = relax.const(scale.value.numpy().reshape(shape[1], 1, 1, 1))
+        return relax.op.nn.conv2d(x, weight, groups=shape[1], out_dtype="float32")
+
+
 def prepare(mod: tvm.IRModule) -> tvm.IRModule:
-    """Puts every binding in a dataflow block, where FuseOpsByPattern looks (a graph of a
-    single op is built without one)."""
+    """Channel scales after concatenations and pools as depthwise convolutions
+    (_ChannelScales); then every binding in a dataflow block, where FuseOpsByPattern looks (a
+    graph of a single op is built without one)."""
+    mod = rewrite_functions(mod, lambda m, _f: _ChannelScales(m))
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
 
 

@@ -225,6 +225,40 @@ def test_concat_of_features_and_a_new_convolution_matches_tvm(features):
 
 
 @needs_onednn
+@pytest.mark.parametrize("features, growth", [(16, 8), (12, 5), (64, 32)])
+def test_a_batch_norm_after_a_concat_or_pool_stays_in_the_region(features, growth):
+    """DenseNet's pre-activation: batch norm and ReLU on the features so far (the stem's pool,
+    then the concat of the layers before), then a convolution. The batch norm's scale runs as
+    a depthwise 1x1 convolution, its shift as a post-op: the stem and two dense layers make
+    one region."""
+    rng = np.random.default_rng(features + growth)
+    x = _randn(rng, 1, features, 10, 10)
+    # Weights of 1 / sqrt(fan-in): values stay near 1, where the tolerances mean something.
+    stem = _randn(rng, features, features, 3, 3, scale=(9 * features) ** -0.5)
+    layers = [_randn(rng, growth, features + i * growth, 1, 1,
+                     scale=(features + i * growth) ** -0.5) for i in range(2)]
+
+    def norm(value, channels, seed):
+        r = np.random.default_rng(seed)
+        mean, scale, offset = (_constant(_randn(r, channels)) for _ in range(3))
+        var = _constant(r.uniform(0.5, 2.0, channels).astype(np.float32))
+        return odla.relu(odla.batch_normalization(value, L.CHANNELS_FIRST, mean, var, 1e-5,
+                                                  scale, offset))
+
+    def build():
+        data = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        features_so_far = odla.max_pool(_conv_relu(data, stem), L.CHANNELS_FIRST, (3, 3),
+                                        (1, 1), (1, 1), (1, 1))
+        for i, w in enumerate(layers):
+            new = odla.conv(norm(features_so_far, features + i * growth, i), L.CHANNELS_FIRST, 1,
+                            _constant(w), L.OIS, (1, 1), (1, 1), (0, 0), (0, 0))
+            features_so_far = odla.concat([features_so_far, new], 1)
+        odla.set_value_as_output(features_so_far)
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
 def test_convnext_block_with_its_transposes_is_one_region():
     """ConvNeXt's block: a depthwise convolution (blocked), to NHWC, layer norm and a GELU
     MLP over channels, back to NCHW, the residual add: the transposes are reorders inside the
