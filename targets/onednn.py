@@ -488,11 +488,12 @@ class _ChannelScales(relax.expr_functor.PyExprMutator):
         return relax.op.nn.conv2d(x, weight, groups=shape[1], out_dtype="float32")
 
 
-def prepare(mod: tvm.IRModule) -> tvm.IRModule:
+def prepare(mod: tvm.IRModule, items) -> tvm.IRModule:
     """Channel scales after concatenations and pools as depthwise convolutions
-    (_ChannelScales); then every binding in a dataflow block, where FuseOpsByPattern looks (a
-    graph of a single op is built without one)."""
-    mod = rewrite_functions(mod, lambda m, _f: _ChannelScales(m))
+    (_ChannelScales), where oneDNN takes convolutions; then every binding in a dataflow block,
+    where FuseOpsByPattern looks (a graph of a single op is built without one)."""
+    if "conv2d" in items.get("onednn.ops", OP_KINDS):
+        mod = rewrite_functions(mod, lambda m, _f: _ChannelScales(m))
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
 
 

@@ -82,8 +82,9 @@ class VendorPlugin:
     items: Mapping[str, str] = field(default_factory=dict)
     # Checks an item's value: raises ValueError saying what it expects, else returns it.
     check_item: Callable[[str, object], object] = lambda _name, value: value
-    # A rewrite of the whole module before partitioning (a layout change, say), or None.
-    prepare: Callable[[tvm.IRModule], tvm.IRModule] | None = None
+    # A rewrite of the whole module before partitioning (a layout change, say), given the
+    # items as ``patterns`` is, or None.
+    prepare: Callable[[tvm.IRModule, Mapping[str, object]], tvm.IRModule] | None = None
 
 
 _PLUGINS: dict[str, VendorPlugin] = {}
@@ -152,7 +153,7 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
         lambda functions, _options, _constants: plugin.codegen(list(functions), mine),
         override=True)
     if plugin.prepare is not None:
-        mod = plugin.prepare(mod)
+        mod = plugin.prepare(mod, mine)
     # Folded first, so that weights and biases computed from constants (a reshape of a bias,
     # a batch norm's factors) reach the patterns as the constants they are.
     mod = relax.transform.FoldConstant()(mod)

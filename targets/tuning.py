@@ -169,7 +169,7 @@ class TuningDatabase:
         compiles keep that schedule."""
         defaults = self.default_seconds()
         return {h for h, (_count, best) in self.measurements().items()
-                if defaults.get(h) is not None and (best is None or best >= defaults[h])}
+                if _keeps_default(best, defaults.get(h))}
 
     def open(self):
         """The MetaSchedule database to tune into (made on first use)."""
@@ -281,6 +281,17 @@ def _check_records(hashes: list, lines: list[str], directory: Path) -> None:
             well_formed = False
         if not well_formed:
             raise ValueError(f"tuning record {number} in {directory / _RECORDS} is damaged")
+
+
+def _keeps_default(best: float | None, default: float | None) -> bool:
+    """Whether a compile keeps a kernel's default schedule (``default`` seconds; None: never
+    timed) over its best record (None: none ran)."""
+    return default is not None and (best is None or best >= default)
+
+
+def _compiled_seconds(best: float | None, default: float | None) -> float | None:
+    """A kernel's time as a compile builds it: its default's or its best record's."""
+    return default if _keeps_default(best, default) else best
 
 
 def _run_seconds(run_secs: list) -> float:
@@ -493,7 +504,7 @@ def _time_default_schedules(tasks: list, hashes: list[str], spec: TargetSpec,
     """Measures, once per kernel, the kernel as the target's default schedules make it (what a
     compile gives it where no record is faster), with the builder and runner that measure the
     candidates, and keeps the seconds in ``database``: a record applies only where it beats
-    them (tuning.py's records). A kernel whose default fails to build or run gets None."""
+    them (TuningDatabase.records). A kernel whose default fails to build or run gets None."""
     from tvm.s_tir import meta_schedule as ms
 
     known = database.default_seconds()
@@ -549,17 +560,15 @@ def _report(spec, database, tasks, hashes, trials_run, started, stopped_by,
             fleet: rpc.Fleet | None) -> TuningReport:
     recorded, defaults = database.measurements(), database.default_seconds()
     found = [recorded.get(h, (0, None)) for h in hashes]
-    # What a compile runs: the better of the best record and the default schedule.
-    best = [task.weight * min(t for t in (b, defaults.get(h)) if t is not None)
-            for task, h, (_count, b) in zip(tasks, hashes, found)
-            if b is not None or defaults.get(h) is not None]
-    outclassed = database.outclassed()
+    compiled = [_compiled_seconds(b, defaults.get(h)) for h, (_count, b) in zip(hashes, found)]
+    best = [task.weight * s for task, s in zip(tasks, compiled) if s is not None]
     return TuningReport(spec.name, database.directory, len(tasks), trials_run,
                         sum(count for count, _ in found), time.monotonic() - started,
                         sum(best) if best else None, stopped_by,
                         measured_on=dict(fleet.measured) if fleet else {},
                         measured_again=fleet.measured_again if fleet else 0,
-                        defaults_kept=sum(h in outclassed for h in hashes))
+                        defaults_kept=sum(_keeps_default(b, defaults.get(h))
+                                          for h, (_count, b) in zip(hashes, found)))
 
 
 @contextlib.contextmanager
@@ -593,8 +602,8 @@ class _Progress:
     def __init__(self, tasks, hashes, recorded, defaults, total, deadline, description,
                  enabled, fleet=None):
         self.weights = [t.weight for t in tasks]
-        self.best = [min((t for t in (recorded.get(h, (0, None))[1], defaults.get(h))
-                          if t is not None), default=None) for h in hashes]
+        self.best = [_compiled_seconds(recorded.get(h, (0, None))[1], defaults.get(h))
+                     for h in hashes]
         self.indices = list(range(len(tasks)))  # the phase's tasks, by MetaSchedule's task id
         self.deadline = deadline
         self.fleet = fleet
