@@ -134,9 +134,15 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
     for slot, value in zip(manifest["variables"], exe.variables):
         slot["file"] = f"params/{slot['name']}.npy"
         np.save(root / slot["file"], value.data)
+    # The weights main takes after the variables, memory-mapped where the bundle loads.
+    (root / "weights").mkdir()
+    for slot, array in zip(manifest["weights"], exe.module.weights):
+        np.save(root / slot["file"], array)
     lines = [f"library {LIBRARY}"]
     lines += [f"arg {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["args"]]
     lines += [f"var {s['name']} {_dtype(s)} {_dims(s)} {s['file']}" for s in manifest["variables"]]
+    lines += [f"var {s['name']} {s['dtype']} {','.join(map(str, s['dims']))} {s['file']}"
+              for s in manifest["weights"]]
     lines += [f"out {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["outputs"]]
     (root / "signature.txt").write_text("\n".join(lines) + "\n")
     manifest["runtime_libraries"] = sorted(targets.RUNTIME_LIBRARIES)

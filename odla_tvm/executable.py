@@ -147,6 +147,10 @@ class Executable:
             "args": [_slot(v) for v in self.args],
             "outputs": [_slot(v) for v in self.outputs],
             "variables": [_slot(v) for v in self.variables],
+            # what the module's main takes after the variables (targets.weights)
+            "weights": [{"name": f"weight{i}", "dtype": str(w.dtype), "dims": list(w.shape),
+                         "file": f"weights/weight{i}.npy"}
+                        for i, w in enumerate(self.module.weights)],
             "bounds": {k: [list(lo), list(hi)] for k, (lo, hi) in self.bounds.items()},
             "kernel_values": self.kernel_values,
         }
@@ -156,7 +160,10 @@ class Executable:
         library = self.module.to_bytes()
         variables = io.BytesIO()
         np.savez(variables, **{f"v{i}": v.data for i, v in enumerate(self.variables)})
-        sections = {"library": library, "variables": variables.getvalue()}
+        weights = io.BytesIO()
+        np.savez(weights, **{f"w{i}": w for i, w in enumerate(self.module.weights)})
+        sections = {"library": library, "variables": variables.getvalue(),
+                    "weights": weights.getvalue()}
         offset, layout = 0, {}
         for name, blob in sections.items():
             layout[name] = {"offset": offset, "size": len(blob),
@@ -318,7 +325,10 @@ def load_executable(location, device: Device | None = None) -> Executable:
     manifest, sections = _parse(blob)
     device = check_compatible(manifest, device, "executable")
     try:
-        module = targets.CompiledModule.from_bytes(sections["library"], device.target, device.index)
+        weights = _weights(manifest, np.load(io.BytesIO(sections["weights"]))) \
+            if "weights" in sections else []  # a file of odla-tvm before weights were kept apart
+        module = targets.CompiledModule.from_bytes(sections["library"], device.target,
+                                                   device.index, weights)
         arrays = np.load(io.BytesIO(sections["variables"]))
         variables = [arrays[f"v{i}"] for i in range(len(manifest["variables"]))]
         return executable_from_manifest(module, device, manifest, variables)
@@ -360,7 +370,12 @@ def load_bundle(path, device: Device | None = None) -> Executable:
                 )
         if LIBRARY not in files:
             raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
-        module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index)
+        # Copy-on-write maps: the weights are read where they lie, as TVM reads them (the
+        # .npy header keeps the data 64-byte aligned), and never written back.
+        weights = {f"w{i}": np.load(root / slot["file"], mmap_mode="c")
+                   for i, slot in enumerate(manifest.get("weights", []))}
+        module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index,
+                                             _weights(manifest, weights))
         variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
         return executable_from_manifest(module, device, manifest, variables)
     except OdlaError:
@@ -368,6 +383,18 @@ def load_bundle(path, device: Device | None = None) -> Executable:
     except Exception as err:  # noqa: BLE001 (an altered manifest fails in many ways)
         raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not describe a loadable "
                         f"bundle: {type(err).__name__}: {err}") from None
+
+
+def _weights(manifest: dict, arrays) -> list[np.ndarray]:
+    """The weights ``arrays`` ("w0", "w1", ...) holds, checked against the manifest's."""
+    weights = []
+    for i, slot in enumerate(manifest.get("weights", [])):
+        array = arrays[f"w{i}"]
+        if str(array.dtype) != slot["dtype"] or list(array.shape) != slot["dims"]:
+            raise _corrupt(f"weight {i} is {array.dtype}{list(array.shape)}; its manifest "
+                           f"says {slot['dtype']}{slot['dims']}")
+        weights.append(array)
+    return weights
 
 
 def _sha256(path: Path) -> str:
@@ -444,8 +471,10 @@ def _parse(blob: bytes) -> tuple[dict, dict[str, memoryview]]:
     except (ValueError, KeyError, TypeError):
         raise _corrupt("its manifest is truncated or unreadable") from None
     sections = {}
-    for name in ("library", "variables"):
+    for name in ("library", "variables", "weights"):
         entry = layout.get(name) if isinstance(layout, dict) else None
+        if name == "weights" and entry is None:
+            continue  # stored by odla-tvm before weights were kept apart: in the library
         offset, size = (entry.get("offset"), entry.get("size")) if isinstance(entry, dict) else (None, None)
         if not (type(offset) is int and type(size) is int and offset >= 0 and size >= 0):
             raise _corrupt(f"its manifest gives section {name!r} offset {offset!r} and size "

@@ -23,6 +23,7 @@ from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
 from .layouts import layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
+from .weights import lift_weights
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +161,18 @@ def _call_timer(on_call):
 
 class CompiledModule:
     """A compiled Relax VM module for one target; ``run`` maps NumPy in to NumPy out on the
-    target's device when the target is this machine."""
+    target's device when the target is this machine. ``weights``: the arrays ``main`` takes
+    after its inputs (see targets.weights), passed on every call; they are not in the
+    library, and whoever keeps the library keeps them beside it."""
 
     def __init__(self, library, spec: TargetSpec, device_index: int = 0,
                  kernel_bindings: dict[str, list[str]] | None = None,
-                 tuned_kernels: list[str] | None = None, vendor_regions: list[str] | None = None):
+                 tuned_kernels: list[str] | None = None, vendor_regions: list[str] | None = None,
+                 weights: list[np.ndarray] | None = None):
         self.library = library
+        self.weights = weights or []
+        self._weight_tensors: list[tvm.runtime.Tensor] = []  # made with the VM, then kept:
+        # a vendor region packs a weight once, keyed on its address
         # External functions main calls: vendor plugins' regions and custom ops' C functions.
         self.vendor_regions = vendor_regions or []
         # kernel name -> the graph bindings it computes, in call order (see compile_module)
@@ -199,6 +206,7 @@ class CompiledModule:
             else:
                 self.runtime_library = self.library
                 self._vm = relax.VirtualMachine(self.library, self._device)
+            self._weight_tensors = [device_tensor(w, self._device) for w in self.weights]
         return self._vm
 
     def _entry(self):
@@ -215,6 +223,7 @@ class CompiledModule:
             tensors = []
             for slot, array in enumerate(inputs):
                 tensors.append(self._device_input(slot, array))
+            tensors += self._weight_tensors
             if on_call is None:
                 result = main(*tensors)
             else:
@@ -256,7 +265,7 @@ class CompiledModule:
         """A call of ``main`` with no arguments on device tensors made once from ``inputs``: the
         bare VM call that per-call overheads are measured against."""
         main = self._entry()
-        tensors = [device_tensor(a, self._device) for a in inputs]
+        tensors = [device_tensor(a, self._device) for a in inputs] + self._weight_tensors
         return lambda: main(*tensors)
 
     def _needs_vendor_library(self) -> bool:
@@ -299,17 +308,19 @@ class CompiledModule:
                 return f.read()
 
     @classmethod
-    def load(cls, path: str, spec: TargetSpec, device_index: int = 0) -> "CompiledModule":
-        return cls(tvm.runtime.load_module(path), spec, device_index)
+    def load(cls, path: str, spec: TargetSpec, device_index: int = 0,
+             weights: list[np.ndarray] | None = None) -> "CompiledModule":
+        return cls(tvm.runtime.load_module(path), spec, device_index, weights=weights)
 
     @classmethod
-    def from_bytes(cls, data: bytes, spec: TargetSpec, device_index: int = 0) -> "CompiledModule":
+    def from_bytes(cls, data: bytes, spec: TargetSpec, device_index: int = 0,
+                   weights: list[np.ndarray] | None = None) -> "CompiledModule":
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "module.so")
             with open(path, "wb") as f:
                 f.write(data)
             # The loader maps the file; it may be unlinked once loaded.
-            return cls.load(path, spec, device_index)
+            return cls.load(path, spec, device_index, weights)
 
 
 # The global functions _vm_calling lends the VM while it loads: one VM at a time.
@@ -706,27 +717,32 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
     recorder = _KernelRecorder()
     with _compile_lock, target:
         try:
-            library, regions = _compile(mod, spec, database, plugin_items, recorder)
+            library, regions, weights = _compile(mod, spec, database, plugin_items, recorder)
         except Exception as err:  # noqa: BLE001
             if "cpu-default" not in spec.schedules or recorder.tuned:
                 raise
             log.warning("default CPU schedules failed (%s: %s); compiling TVM's generic build",
                         type(err).__name__, (str(err).strip().splitlines() or [""])[-1][:200])
             recorder = _KernelRecorder()
-            library, regions = _compile(mod, spec, None, plugin_items, recorder, schedule=False)
-    return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions)
+            library, regions, weights = _compile(mod, spec, None, plugin_items, recorder,
+                                                 schedule=False)
+    return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions,
+                          weights)
 
 
 def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
              recorder: _KernelRecorder, schedule: bool = True):
-    """(library, vendor regions) of one build: scheduled (see _scheduled) unless ``schedule``
-    is False or nothing schedules it, else TVM's generic build."""
+    """(library, vendor regions, weights) of one build: scheduled (see _scheduled) unless
+    ``schedule`` is False or nothing schedules it, else TVM's generic build (whose constants
+    stay in the library: its pipeline folds them yet)."""
     target = spec.tvm_target()
     with tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
         scheduled = _scheduled(mod, spec, database, plugin_items) if schedule else None
         if scheduled is not None:
             regions = vendor_plugins.offloaded_regions(scheduled)
-            return tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec)), regions
+            scheduled, weights = lift_weights(scheduled)
+            library = tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec))
+            return library, regions, weights
         mod = _partitioned(mod, spec, plugin_items)
         regions = vendor_plugins.offloaded_regions(mod)
-        return tvm.compile(mod, target=target), regions
+        return tvm.compile(mod, target=target), regions, []

@@ -1,0 +1,78 @@
+"""Weights kept beside the compiled code, not inside it.
+
+Compiled in, a model's constants are part of the library: storing it writes them into the
+shared object, and loading it copies them out of the mapped file into TVM tensors and again
+into the VM's constant pool (light VGG-19's 550 MB: 1.55 s and the weights held three times).
+So, once every compile-time fold has run, ``main``'s large constants become trailing
+parameters of ``main``; the compiled module keeps their arrays and passes them on every call,
+and a bundle keeps them as .npy files that load memory-mapped (see odla_tvm.bundle).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+# Smaller constants (scalars, shapes, small tables) stay in the code, where they cost nothing.
+WEIGHT_MIN_BYTES = 4096
+
+
+def tensor_array(tensor: tvm.runtime.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory (it keeps the tensor alive), else a copy."""
+    try:
+        return np.from_dlpack(tensor)
+    except (RuntimeError, TypeError, BufferError):
+        return tensor.numpy()  # a dtype NumPy's DLPack does not know (bfloat16)
+
+
+def _nbytes(constant: tvm.ir.expr.Constant) -> int:
+    return int(np.prod(constant.value.shape)) * tvm.runtime.DataType(constant.value.dtype).bits // 8
+
+
+@relax.expr_functor.mutator
+class _WeightsAsParameters(relax.expr_functor.PyExprMutator):
+    """Replaces each constant operand of WEIGHT_MIN_BYTES or more with a parameter (one
+    parameter per constant, however often it is used)."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.parameters: dict[tvm.ir.expr.Constant, relax.Var] = {}
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        args = [self._parameter_for(a) for a in call.args]
+        if all(a.same_as(b) for a, b in zip(args, call.args)):
+            return call
+        return relax.Call(call.op, args, call.attrs, call.ty_args)
+
+    def visit_tuple_(self, tup: relax.Tuple) -> relax.Expr:
+        tup = self.visit_expr_post_order(tup)
+        fields = [self._parameter_for(f) for f in tup.fields]
+        if all(a.same_as(b) for a, b in zip(fields, tup.fields)):
+            return tup
+        return relax.Tuple(fields)
+
+    def _parameter_for(self, expr: relax.Expr) -> relax.Expr:
+        if not (isinstance(expr, tvm.ir.expr.Constant)
+                and isinstance(expr.value, tvm.runtime.Tensor)  # not a string constant
+                and _nbytes(expr) >= WEIGHT_MIN_BYTES):
+            return expr
+        if expr not in self.parameters:
+            self.parameters[expr] = relax.Var(f"weight{len(self.parameters)}", expr.ty)
+        return self.parameters[expr]
+
+
+def lift_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[np.ndarray]]:
+    """``mod`` with ``main``'s constants of WEIGHT_MIN_BYTES or more made its trailing
+    parameters, and their arrays in parameter order (views of the constants' memory)."""
+    main = mod.get_global_var("main")
+    func = mod[main]
+    lifter = _WeightsAsParameters(mod)
+    body = lifter.visit_expr(func).body
+    if not lifter.parameters:
+        return mod, []
+    mod = mod.clone()
+    mod[main] = relax.Function(list(func.params) + list(lifter.parameters.values()), body,
+                               func.ret_ty, func.is_pure, func.attrs)
+    return mod, [tensor_array(c.value) for c in lifter.parameters]

@@ -1,0 +1,131 @@
+"""Weights kept beside the compiled code (targets.weights): main takes its large constants as
+trailing parameters; stored executables and bundles keep them apart from the library, and a
+bundle's load maps them from their files. Checked against NumPy on every path."""
+
+import json
+import os
+import hashlib
+
+import numpy as np
+import pytest
+
+import odla_tvm as odla
+from odla_tvm import ElementType as E
+from odla_tvm import Status
+from odla_tvm import ValueType as VT
+from odla_tvm.executable import _HEADER, _MAGIC
+from targets.weights import WEIGHT_MIN_BYTES
+
+RNG = np.random.default_rng(11)
+W = RNG.standard_normal((256, 512)).astype(np.float32)  # 512 KiB: a weight
+B = RNG.standard_normal(512).astype(np.float32)  # 2 KiB: stays in the code
+X = RNG.standard_normal((3, 256)).astype(np.float32)
+
+
+def _reference(x):
+    return np.tanh(x @ W + B)
+
+
+def _computation():
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (3, 256)), "x")
+    w = odla.create_constant(VT(E.FLOAT32, W.shape), W)
+    b = odla.create_constant(VT(E.FLOAT32, B.shape), B)
+    odla.set_value_as_output(odla.tanh(odla.gemm(x, False, w, False, 1.0, 1.0, b), "y"))
+    return comp
+
+
+@pytest.fixture(scope="module", params=["INTEL_X86", "DEFAULT"])
+def executable(request):
+    device = odla.allocate_device(device_name=odla.DeviceName[request.param])
+    return odla.compile_computation(_computation(), device)
+
+
+def _run(exe, x=X):
+    (y,) = odla.Session(exe).run({"x": x})
+    return y
+
+
+def test_large_constants_are_parameters_and_small_ones_stay_in_the_code(executable):
+    weights = executable.module.weights
+    assert weights and all(w.nbytes >= WEIGHT_MIN_BYTES for w in weights)
+    assert sum(w.nbytes for w in weights) >= W.nbytes  # W, in whatever layout its kernel reads
+    assert not any(w.nbytes == B.nbytes for w in weights)
+    for x in (X, X[::-1].copy()):  # a second input: weights packed once still hold
+        y = _run(executable, x)
+        assert y.dtype == np.float32 and y.shape == (3, 512)
+        np.testing.assert_allclose(y, _reference(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_stored_executable_keeps_its_weights_in_their_own_section(executable, tmp_path):
+    path = tmp_path / "model.odla"
+    odla.store_executable(path, executable)
+    manifest_len = _HEADER.unpack_from(path.read_bytes())[2]
+    manifest = json.loads(path.read_bytes()[_HEADER.size:_HEADER.size + manifest_len])
+    assert manifest["sections"]["library"]["size"] < W.nbytes
+    assert manifest["sections"]["weights"]["size"] >= W.nbytes
+    loaded = odla.load_executable(path)
+    np.testing.assert_array_equal(_run(loaded), _run(executable))
+
+
+def test_a_bundle_maps_its_weights_from_their_files(executable, tmp_path):
+    bundle = odla.export(executable, None, tmp_path / "bundle")
+    assert os.path.getsize(bundle / "model.so") < W.nbytes
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [w["file"] for w in manifest["weights"]] == [
+        f"weights/weight{i}.npy" for i in range(len(executable.module.weights))]
+    signature = (bundle / "signature.txt").read_text()
+    assert signature.count("var weight") == len(manifest["weights"])
+    loaded = odla.load_executable(bundle)
+    assert all(isinstance(w, np.memmap) for w in loaded.module.weights)
+    np.testing.assert_array_equal(_run(loaded), _run(executable))
+    np.testing.assert_allclose(_run(loaded), _reference(X), rtol=1e-4, atol=1e-5)
+
+
+def _rewrite(bundle, name, array):
+    """Replaces a bundle file with ``array`` and gives the manifest its new sha256, as a
+    careless tool would: only the shape check can tell."""
+    np.save(bundle / name, array)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"][name] = hashlib.sha256((bundle / name).read_bytes()).hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_bundle_with_an_altered_or_reshaped_weight_is_refused(executable, tmp_path):
+    altered = odla.export(executable, None, tmp_path / "altered")
+    data = bytearray((altered / "weights/weight0.npy").read_bytes())
+    data[-1] ^= 0xFF
+    (altered / "weights/weight0.npy").write_bytes(bytes(data))
+    reshaped = odla.export(executable, None, tmp_path / "reshaped")
+    shape = executable.module.weights[0].shape
+    _rewrite(reshaped, "weights/weight0.npy", np.zeros((1, *shape), np.float32))
+    retyped = odla.export(executable, None, tmp_path / "retyped")
+    _rewrite(retyped, "weights/weight0.npy", np.zeros(shape, np.float64))
+    for bundle, fragment in ((altered, "weights/weight0.npy was altered"),
+                             (reshaped, f"[1, {', '.join(map(str, shape))}]"),
+                             (retyped, "weight 0 is float64")):
+        with pytest.raises(odla.OdlaError) as err:
+            odla.load_executable(bundle)
+        assert err.value.status == Status.INVALID_PARAM and fragment in str(err.value), \
+            str(err.value)
+
+
+def test_a_stored_file_of_before_weights_were_kept_apart_still_loads(tmp_path):
+    """Such a file has no weights section: its weights are in the library."""
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (2, 4)), "x")
+    odla.set_value_as_output(odla.add(x, odla.create_constant(VT(E.FLOAT32, (4,)), B[:4]), "y"))
+    exe = odla.compile_computation(comp)
+    assert exe.module.weights == []
+    blob = odla.store_executable(None, exe)
+    manifest_len = _HEADER.unpack_from(blob)[2]
+    body = blob[_HEADER.size + manifest_len:]
+    manifest = json.loads(blob[_HEADER.size:_HEADER.size + manifest_len])
+    weights = manifest["sections"].pop("weights")
+    del manifest["weights"]
+    assert weights["offset"] + weights["size"] == len(body)  # the last section: cut it off
+    text = json.dumps(manifest).encode()
+    old = _HEADER.pack(_MAGIC, _HEADER.unpack_from(blob)[1], len(text)) + text + \
+        body[:weights["offset"]]
+    (y,) = odla.Session(odla.load_executable(old)).run({"x": X[:2, :4]})
+    np.testing.assert_allclose(y, X[:2, :4] + B[:4], rtol=1e-6)
