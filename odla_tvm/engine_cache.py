@@ -1,8 +1,8 @@
 """Compiled engines kept between processes: ODLA's ENABLE_ENGINE_CACHE and CACHE_DIR items.
 
-An engine is an exported bundle (odla_tvm.bundle's directory: a manifest, the shared library
-and the variables, each file sha256-checked) under ``<cache dir>/engines/<key>.odla``; its
-library loads from there, where a stored executable's had to be written out to a file of its
+An engine is an exported bundle (odla_tvm.bundle's directory: a manifest, the shared library,
+the variables and the weights, each file sha256-checked) under ``<cache dir>/engines/<key>.odla``;
+its library loads from there and its weights are memory-mapped there, where a stored executable's had to be written out to a file of its
 own first (0.1 to 1.3 s for GPT-2's 650 MB, as the disk was busy). The key digests everything the
 compiled code depends on: the model's bytes and fixed inputs, the target's key (the CPU it was
 built for, its plugins), odla-tvm's, TVM's and TVM-FFI's versions and odla-tvm's installed
