@@ -373,9 +373,11 @@ def _unary_pattern(op: str, post_ops: int) -> PluginPattern:
 
 
 def _mean_ok(context) -> bool:
+    # oneDNN has no reduction that reduces nothing (a mean over axes of size 1).
     mean = context.annotated_expr["root"]
-    return (_plain_ok(context) and _shape(mean.args[0]) is not None and bool(mean.attrs.keepdims)
-            and 1 <= len(_shape(mean.args[0])) <= 5)
+    shape = _shape(mean.args[0])
+    return (_plain_ok(context) and shape is not None and bool(mean.attrs.keepdims)
+            and 1 <= len(shape) <= 5 and shape != _shape(mean))
 
 
 def _mean_pattern() -> PluginPattern:

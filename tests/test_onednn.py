@@ -989,6 +989,28 @@ def test_mean_keeping_its_axes_matches_tvm(shape, axes):
 
 
 @needs_onednn
+@pytest.mark.parametrize("channels, size, calls", [(16, 7, 1), (32, 12, 1), (24, 1, 2)])
+def test_squeeze_excite_mean_of_a_convolutions_map_matches_tvm(channels, size, calls):
+    """A spatial mean of a convolution's map (in oneDNN's own layout, which the mean reads
+    as a global average pooling), scaled back in as a squeeze-excite block does: one call.
+    A mean over a 1x1 map reduces nothing, which oneDNN refuses: TVM computes it."""
+    rng = np.random.default_rng(channels)
+    x = _randn(rng, 1, 8, size, size)
+    w = _randn(rng, channels, 8, 3, 3, scale=0.3)
+    w_excite = _randn(rng, channels, channels, 1, 1, scale=0.3)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.conv(a, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1), (1, 1), (1, 1), (1, 1))
+        squeezed = odla.reduce_mean(y, 2, (2, 3), True)
+        excite = odla.sigmoid(odla.conv(squeezed, L.CHANNELS_FIRST, 1, _constant(w_excite),
+                                        L.OIS, (1, 1), (1, 1), (0, 0), (0, 0)))
+        odla.set_value_as_output(odla.mul(y, excite))
+
+    _check_against_tvm(build, {"x": x}, expected_calls=calls)
+
+
+@needs_onednn
 def test_several_whole_tensor_adds_after_a_conv_and_a_binary_op_match_tvm():
     """oneDNN's sum post-op adds what its output held: only the first whole-tensor add after a
     convolution may be one; the others (and every one after a binary op) are binary adds."""

@@ -85,6 +85,13 @@ inline memory::format_tag format_of(const memory::desc& desc) {
   return tag::undef;
 }
 
+// Whether reduction step ``s`` reduces a 4-d value over its two spatial axes alone.
+inline bool global_spatial(const Step& s) {
+  return s.src_shape.rank == 4 && s.dst_shape.rank == 4 &&
+         s.dst_shape.dims[0] == s.src_shape.dims[0] && s.dst_shape.dims[1] == s.src_shape.dims[1] &&
+         s.dst_shape.dims[2] == 1 && s.dst_shape.dims[3] == 1;
+}
+
 // Whether oneDNN chose ``kind`` of code for ``pd`` ("ref": its reference code, "gemm": its
 // gemm fallback), the slow ones the builders try other layouts to avoid.
 template <typename PrimitiveDesc>
@@ -548,6 +555,21 @@ class Region {
   }
 
   void build_reduction(const Step& s) {
+    // A mean over the spatial axes of a map in a blocked or nhwc layout (a squeeze-excite
+    // block's, after a convolution) is an average pooling over the whole map, which reads
+    // that layout as it is: reordered to plain for the reduction, EfficientNet-B0's 16 took
+    // 3.2 ms a run, of which 1.1 ms the reduction of 1x1152x7x7 maps, channel by channel.
+    memory::desc src_desc = value(s.src).get_desc();
+    if (s.algorithm == dnnl_reduction_mean && global_spatial(s) &&
+        src_desc != plain_desc(src_desc.get_dims())) {
+      const Dims window = {s.src_shape.dims[2], s.src_shape.dims[3]};
+      dnnl::pooling_forward::primitive_desc pd(
+          cpu_engine(), dnnl::prop_kind::forward_inference,
+          dnnl::algorithm::pooling_avg_exclude_padding, src_desc, any_desc(to_dims(s.dst_shape)),
+          window, window, {0, 0}, {0, 0}, {0, 0});
+      return finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(),
+                         {{DNNL_ARG_SRC, value(s.src)}});
+    }
     // Plain: oneDNN reduces blocked layouts with its reference code (squeezenet's final mean
     // over an nChw16c map: 400 ms).
     memory src = as_layout(s.src, plain_desc(to_dims(s.src_shape)));
