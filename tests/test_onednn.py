@@ -339,6 +339,31 @@ def test_transpose_with_reshapes_around_it_matches_tvm(split, axes, merged):
 
 
 @needs_onednn
+@pytest.mark.parametrize("groups, channels, size", [(2, 20, 6), (3, 30, 5), (4, 136, 7)])
+def test_channel_shuffle_between_grouped_convolutions_matches_tvm(groups, channels, size):
+    """ShuffleNet's unit: a grouped 1x1 convolution, its channels shuffled (reshape,
+    transpose, reshape: one reorder in the layout the convolutions chose), a depthwise 3x3
+    and another grouped 1x1 convolution, all one oneDNN call."""
+    rng = np.random.default_rng(groups)
+    x = _randn(rng, 1, channels, size, size)
+    w1, w3 = (_randn(rng, channels, channels // groups, 1, 1, scale=0.3) for _ in range(2))
+    w2 = _randn(rng, channels, 1, 3, 3, scale=0.3)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.relu(odla.conv(a, L.CHANNELS_FIRST, groups, _constant(w1), L.OIS, (1, 1),
+                                (1, 1), (0, 0), (0, 0)))
+        y = odla.reshape(y, (1, groups, channels // groups, size, size))
+        y = odla.reshape(odla.transpose(y, (0, 2, 1, 3, 4)), (1, channels, size, size))
+        y = odla.conv(y, L.CHANNELS_FIRST, channels, _constant(w2), L.OIS, (1, 1), (1, 1),
+                      (1, 1), (1, 1))
+        odla.set_value_as_output(odla.conv(y, L.CHANNELS_FIRST, groups, _constant(w3), L.OIS,
+                                           (1, 1), (1, 1), (0, 0), (0, 0)))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
 @pytest.mark.parametrize("op", ["relu", "sigmoid", "tanh", "gelu"])
 def test_unary_op_after_a_concat_matches_tvm(op):
     """A unary op of a computed tensor (ShuffleNet's ReLU after its concat), then a residual
