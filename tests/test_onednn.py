@@ -259,25 +259,50 @@ def test_a_batch_norm_after_a_concat_or_pool_stays_in_the_region(features, growt
 
 
 @needs_onednn
-def test_convnext_block_with_its_transposes_is_one_region():
-    """ConvNeXt's block: a depthwise convolution (blocked), to NHWC, layer norm and a GELU
-    MLP over channels, back to NCHW, the residual add: the transposes are reorders inside the
-    region, not TVM kernels between regions."""
+@pytest.mark.parametrize("channels", [16, 24, 96])
+def test_convnext_block_with_its_transposes_is_one_region(channels):
+    """ConvNeXt's block: a depthwise convolution (blocked, or nhwc, where the transposes are
+    views), to NHWC, layer norm and a GELU MLP over channels, back to NCHW, the residual add:
+    the transposes are reorders or views inside the region, not TVM kernels between
+    regions."""
     rng = np.random.default_rng(12)
-    x = _randn(rng, 1, 16, 6, 6)
-    depthwise = _randn(rng, 16, 1, 3, 3, scale=0.3)
-    up, down = _randn(rng, 16, 32, scale=0.2), _randn(rng, 32, 16, scale=0.2)
-    gamma, beta = _randn(rng, 16) + 1.0, _randn(rng, 16)
+    x = _randn(rng, 1, channels, 6, 6)
+    depthwise = _randn(rng, channels, 1, 3, 3, scale=0.3)
+    up, down = (_randn(rng, channels, 32, scale=0.2), _randn(rng, 32, channels, scale=0.2))
+    gamma, beta = _randn(rng, channels) + 1.0, _randn(rng, channels)
 
     def build():
         a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
-        y = odla.conv(a, L.CHANNELS_FIRST, 16, _constant(depthwise), L.OIS, (1, 1), (1, 1),
-                      (1, 1), (1, 1))
+        y = odla.conv(a, L.CHANNELS_FIRST, channels, _constant(depthwise), L.OIS, (1, 1),
+                      (1, 1), (1, 1), (1, 1))
         y = odla.transpose(y, (0, 2, 3, 1))
         y = odla.layer_norm(y, 1, (3,), 1e-6, _constant(gamma), _constant(beta))
         y = odla.batch_mat_mul(odla.gelu(odla.batch_mat_mul(y, False, _constant(up), False)),
                                False, _constant(down), False)
         odla.set_value_as_output(odla.add(a, odla.transpose(y, (0, 3, 1, 2))))
+
+    _check_against_tvm(build, {"x": x})
+
+
+@needs_onednn
+def test_residual_sum_into_a_transposed_view_keeps_the_value_it_views():
+    """A matmul's NHWC result seen as an nhwc NCHW map (a view of its buffer, no copy) is the
+    residual a convolution sums in place; the result is read again after: the sum goes to a
+    buffer of its own."""
+    rng = np.random.default_rng(13)
+    x = _randn(rng, 1, 8, 5, 5)
+    w = _randn(rng, 24, 8, 3, 3, scale=0.3)
+    w2 = _randn(rng, 24, 24, 3, 3, scale=0.1)
+    weights = _randn(rng, 24, 24, scale=0.2)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        y = odla.conv(a, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1), (1, 1), (1, 1), (1, 1))
+        t = odla.batch_mat_mul(odla.transpose(y, (0, 2, 3, 1)), False, _constant(weights), False)
+        summed = odla.add(odla.conv(y, L.CHANNELS_FIRST, 1, _constant(w2), L.OIS, (1, 1), (1, 1),
+                                    (1, 1), (1, 1)), odla.transpose(t, (0, 3, 1, 2)))
+        odla.set_value_as_output(summed)
+        odla.set_value_as_output(odla.mul(t, t))
 
     _check_against_tvm(build, {"x": x})
 
