@@ -400,7 +400,7 @@ class Region {
     return step_view(as_layout(operand, plain_desc(value(operand).get_desc().get_dims())), desc);
   }
 
-  // ``source`` (a step's plain value) read as ``desc``: its buffer may move each call (a
+  // ``source`` (a step's value) read as ``desc``: its buffer may move each call (a
   // result computed in TVM's output), and the view follows it.
   memory step_view(const memory& source, const memory::desc& desc) {
     memory view(desc, cpu_engine(), source.get_data_handle());
@@ -745,7 +745,7 @@ class Region {
   std::vector<memory> outputs_;  // the region's results, plain, pointing at TVM's tensors
   std::vector<std::pair<memory, size_t>> in_output_;  // step values computed in output i
   std::vector<std::pair<memory, memory>> writers_;  // a transpose's value, the view it is written by
-  std::vector<std::pair<memory, memory>> step_views_;  // a step's plain value, a view of it
+  std::vector<std::pair<memory, memory>> step_views_;  // a step's value, a view of its buffer
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
   std::vector<Action> actions_;
