@@ -263,7 +263,8 @@ class Region {
   }
 
   // Post-ops in graph order; ``args`` gets the memory each one reads per call.
-  dnnl::primitive_attr post_op_attr(const Step& s, std::unordered_map<int, memory>& args) {
+  dnnl::primitive_attr post_op_attr(const Step& s, std::unordered_map<int, memory>& args,
+                                    size_t rank = 0) {
     dnnl::post_ops ops;
     for (const PostOp& op : post_ops(s)) {
       switch (op.kind) {
@@ -274,9 +275,11 @@ class Region {
           ops.append_eltwise(algorithm(op.algorithm), op.algorithm == dnnl_eltwise_swish, 0.f);
           break;
         case PostOp::kBinary: {
-          memory::desc operand = plain_desc(to_dims(op.shape));
+          Dims dims = to_dims(op.shape);
+          if (rank != 0) dims.erase(dims.begin(), dims.end() - rank);  // leading 1s dropped
+          memory::desc operand = plain_desc(dims);
           args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(ops.len()) | DNNL_ARG_SRC_1] =
-              plain_view(op.operand, to_dims(op.shape), false);
+              plain_view(op.operand, dims, false);
           ops.append_binary(algorithm(op.algorithm), operand);
           break;
         }
@@ -435,25 +438,29 @@ class Region {
     return true;
   }
 
-  // ``dims`` with every row of every batch in one batch: [1, ..., 1, rows, columns].
+  // ``dims`` with every row of every batch in one matrix: [rows, columns] (2-d, where
+  // oneDNN's brgemm packs constant weights; it reads 4-d ones plain).
   static Dims one_batch(const Dims& dims) {
-    Dims folded(dims.size(), 1);
-    for (size_t i = 0; i + 1 < dims.size(); ++i) folded[dims.size() - 2] *= dims[i];
-    folded.back() = dims.back();
+    Dims folded = {1, dims.back()};
+    for (size_t i = 0; i + 1 < dims.size(); ++i) folded[0] *= dims[i];
     return folded;
   }
 
   void build_matmul(const Step& s) {
     std::unordered_map<int, memory> args;
-    dnnl::primitive_attr attr = post_op_attr(s, args);
     Dims dst_dims = to_dims(s.dst_shape);
     size_t rank = dst_dims.size();
-    Dims bias_dims(rank, 1);
-    bias_dims[rank - 1] = dst_dims[rank - 1];
-    memory::desc bias_desc = s.bias.kind == Operand::kNone ? memory::desc() : plain_desc(bias_dims);
     Dims src_dims = widened(to_dims(s.src_shape), rank, false);
     Dims weights_dims = widened(to_dims(s.weights_shape), rank, s.weights_transposed);
-    bool folded = rows_fold(s, weights_dims);
+    const bool folded = rows_fold(s, weights_dims);
+    if (folded) {
+      weights_dims.erase(weights_dims.begin(), weights_dims.end() - 2);
+      rank = 2;
+    }
+    dnnl::primitive_attr attr = post_op_attr(s, args, folded ? 2 : 0);
+    Dims bias_dims(rank, 1);
+    bias_dims[rank - 1] = dst_dims.back();
+    memory::desc bias_desc = s.bias.kind == Operand::kNone ? memory::desc() : plain_desc(bias_dims);
     memory src = plain_view(s.src, folded ? one_batch(src_dims) : src_dims, false);
     memory::desc dst_desc = folded ? plain_desc(one_batch(dst_dims)) : any_desc(dst_dims);
     if (s.weights_constant) {  // packed once to the layout the primitive prefers
