@@ -9,7 +9,8 @@ import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain
 from .custom_ops import register_custom_op
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
-from .graph import DYNAMIC_DIM, GraphBuilder, constant, constant_view, dtype_of, shape_of
+from .graph import (DYNAMIC_DIM, GraphBuilder, computed_constant, constant, constant_view, dtype_of,
+                    shape_of)
 from .kernels import is_check_call
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops
@@ -26,6 +27,7 @@ __all__ = [
     "ShapeMismatch",
     "ValueOutOfRange",
     "constant",
+    "computed_constant",
     "constant_view",
     "dtype_of",
     "is_check_call",

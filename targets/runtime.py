@@ -565,11 +565,12 @@ def _transpose(array: np.ndarray, call: relax.Call) -> np.ndarray:
 # Winograd's reshapes of the taps and their product with kron(G, G)), done here with NumPy:
 # the same values, without an LLVM kernel each for _fold_constants to build and run unoptimized
 # (resnet50: 145 of its 158 kernels, and 26 of the 79 left before the products folded here).
-# Each fold computes the call from the data of its tensor operands.
+# Each fold writes the call's value, from the data of its tensor operands, into ``out`` (a view
+# of the folded constant's memory). A reshape is a view of its operand's tensor instead (copying
+# resnet50's 156 MB of reshaped taps took 0.5 s: fresh memory is slow to fill on these VMs).
 _NUMPY_FOLDS = {
-    "relax.permute_dims": lambda arrays, call: _transpose(arrays[0], call),
-    "relax.reshape": lambda arrays, call: arrays[0].reshape([int(d) for d in call.ty.shape.values]),
-    "relax.matmul": lambda arrays, _call: np.matmul(*arrays),
+    "relax.permute_dims": lambda arrays, call, out: np.copyto(out, _transpose(arrays[0], call)),
+    "relax.matmul": lambda arrays, _call, out: np.matmul(*arrays, out=out),
 }
 
 
@@ -577,21 +578,30 @@ _NUMPY_FOLDS = {
 class _NumpyFolder(relax.expr_functor.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        fold = _NUMPY_FOLDS.get(getattr(call.op, "name", None))
+        name = getattr(call.op, "name", None)
         ty = call.ty
-        if fold is None or not (isinstance(ty, relax.TensorType) and ty.shape is not None
-                                and all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values)):
+        if name not in _NUMPY_FOLDS and name != "relax.reshape" or not (
+                isinstance(ty, relax.TensorType) and ty.shape is not None
+                and all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values)):
             return call
+        shape = [int(d) for d in ty.shape.values]
+        if name == "relax.reshape":
+            operand = self._bound(call.args[0])
+            return relax.const(operand.value._create_view(shape)) \
+                if isinstance(operand, tvm.ir.expr.Constant) else call
         arrays = [self._constant(a) for a in call.args if isinstance(a.ty, relax.TensorType)]
         if any(a is None or str(a.dtype) != str(ty.dtype) for a in arrays):
             return call
-        return relay_bridge.constant(fold(arrays, call))
+        return relay_bridge.computed_constant(shape, str(ty.dtype),
+                                              lambda out: _NUMPY_FOLDS[name](arrays, call, out))
+
+    def _bound(self, expr: relax.Expr) -> relax.Expr:
+        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
 
     def _constant(self, expr):
         """The constant's data: a view of its tensor (a copy of vgg19's 411 MB weight took
         memory the size of it again), or a copy for a dtype NumPy views lack (bfloat16)."""
-        if isinstance(expr, relax.Var):
-            expr = self.lookup_binding(expr)
+        expr = self._bound(expr)
         if not isinstance(expr, tvm.ir.expr.Constant):
             return None
         view = relay_bridge.constant_view(expr)
