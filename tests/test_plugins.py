@@ -2,14 +2,18 @@
 dist-info an installed package has) registers through the entry point, takes its pattern,
 and its generated C++ runs inside the compiled module; what it does not take stays with TVM."""
 
+import gc
 import logging
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tvm
+from tvm import relax
 
 import odla_tvm as odla
 import targets
@@ -197,3 +201,28 @@ def _assert_refused(call, *fragments):
     assert err.value.status == Status.INVALID_PARAM
     for fragment in fragments:
         assert fragment in str(err.value), str(err.value)
+
+
+def test_partitioning_keeps_nothing_of_the_module_it_was_given(toy_plugin):
+    """Each compile's module (every weight of it) is freed once compiled: a module kept by
+    the partitioning held a whole model's weights per compile of it."""
+    memory = np.empty(6 + 16, np.float32)  # the constant's memory, 64-byte aligned as TVM wants
+    start = (-memory.ctypes.data % 64) // 4
+    memory[start:start + 6] = 0.5
+    freed = weakref.ref(memory)
+    half = tvm_tensor = None
+    builder = relax.BlockBuilder()
+    a = relax.Var("a", relax.TensorType((2, 3), "float32"))
+    with builder.function("main", [a]):
+        with builder.dataflow():
+            tvm_tensor = tvm.runtime.from_dlpack(memory[start:start + 6].reshape(2, 3))
+            half = relax.const(tvm_tensor)
+            shifted = builder.emit(relax.op.subtract(builder.emit(relax.op.nn.relu(a)), half))
+            out = builder.emit_output(relax.op.nn.relu(shifted))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    partitioned = plugins.partition(mod, toy_plugin)
+    assert len(plugins.offloaded_regions(partitioned)) == 2  # both ReLUs taken
+    del memory, half, tvm_tensor, builder, mod, partitioned, shifted, out, a
+    gc.collect()
+    assert freed() is None
