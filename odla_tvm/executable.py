@@ -370,12 +370,8 @@ def load_bundle(path, device: Device | None = None) -> Executable:
                 )
         if LIBRARY not in files:
             raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
-        # Copy-on-write maps: the weights are read where they lie, as TVM reads them (the
-        # .npy header keeps the data 64-byte aligned), and never written back.
-        weights = {f"w{i}": np.load(root / slot["file"], mmap_mode="c")
-                   for i, slot in enumerate(manifest.get("weights", []))}
         module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index,
-                                             _weights(manifest, weights))
+                                             _mapped_weights(root, manifest))
         variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
         return executable_from_manifest(module, device, manifest, variables)
     except OdlaError:
@@ -383,6 +379,22 @@ def load_bundle(path, device: Device | None = None) -> Executable:
     except Exception as err:  # noqa: BLE001 (an altered manifest fails in many ways)
         raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not describe a loadable "
                         f"bundle: {type(err).__name__}: {err}") from None
+
+
+def _mapped_weights(root: Path, manifest: dict) -> list[np.ndarray]:
+    """The weights of the bundle at ``root``, memory-mapped copy-on-write: read where they lie,
+    as TVM reads them (the .npy header keeps the data 64-byte aligned), never written back."""
+    return _weights(manifest, {f"w{i}": np.load(root / slot["file"], mmap_mode="c")
+                               for i, slot in enumerate(manifest.get("weights", []))})
+
+
+def run_from_bundle_weights(exe: Executable, path) -> None:
+    """``exe``, not yet run, runs from then on from the weights of the bundle it was just
+    exported to at ``path`` (memory-mapped) rather than from its own, which it lets go: the
+    pages of file-mapped weights that a vendor region packs leave memory once packed
+    (targets/onednn/runtime.cc), so the originals and their packed copies are not both held."""
+    root = Path(path)
+    exe.module.replace_weights(_mapped_weights(root, json.loads((root / MANIFEST).read_text())))
 
 
 def _weights(manifest: dict, arrays) -> list[np.ndarray]:

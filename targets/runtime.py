@@ -209,6 +209,18 @@ class CompiledModule:
             self._weight_tensors = [device_tensor(w, self._device) for w in self.weights]
         return self._vm
 
+    def replace_weights(self, weights: list[np.ndarray]) -> None:
+        """Runs from ``weights`` (the same values, kept elsewhere) instead of the arrays in
+        hand; before the first run only, as a vendor region packs a weight once per address."""
+        if self._vm is not None:
+            raise RuntimeError("a module's weights are replaced before its first run only")
+        mine = [(w.dtype, w.shape) for w in self.weights]
+        given = [(w.dtype, w.shape) for w in weights]
+        if given != mine:
+            raise ValueError(f"weights {given} replace weights {mine}: expected the same "
+                             "dtypes and shapes")
+        self.weights = weights
+
     def _entry(self):
         if self._main is None:
             self._main = self.virtual_machine()["main"]

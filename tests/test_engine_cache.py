@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
 import targets
+from targets import onednn
 from odla_tvm import engine_cache
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends import onnx as onnx_frontend
@@ -177,3 +178,75 @@ def test_cli_lists_and_clears_the_cache(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli(["cache", "shred"])
     assert exit_info.value.code == 2
+
+
+def test_a_model_with_external_data_is_not_kept_and_one_without_is(tmp_path):
+    path, reference = _mlp(tmp_path / "m.onnx")
+    outside = tmp_path / "outside.onnx"  # its weights in another file, which the key omits
+    onnx.save_model(onnx.load(path), str(outside), save_as_external_data=True,
+                    location="outside.data", size_threshold=0)
+    (out,) = _load(str(outside), tmp_path / "cache").run({"x": X})
+    np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-6)
+    assert engine_cache.entries(tmp_path / "cache") == []
+    _load(path, tmp_path / "cache")
+    assert [e.model for e in engine_cache.entries(tmp_path / "cache")] == [path]
+
+
+def _onednn_missing() -> str:
+    try:
+        onednn.check_available()
+    except targets.PluginUnavailable as err:
+        return str(err)
+    return ""
+
+
+def _resident_kib(path: str) -> int:
+    """The kB of the file at ``path`` mapped into this process and resident (smaps' Rss)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                inside = len(fields) >= 6 and fields[5] == path
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(bool(_onednn_missing()), reason=_onednn_missing())
+def test_a_first_load_runs_from_its_kept_weights_and_packed_ones_leave_memory(tmp_path):
+    """The engine just kept serves the session: its weights memory-mapped from the entry, so
+    a weight oneDNN packed is not also held (the runtime hands its file pages back)."""
+    path, reference = _mlp(tmp_path / "m.onnx", hidden=4096)  # w1: 64 KiB, w2: 48 KiB
+    session = _load(path, tmp_path / "cache", device=odla.allocate_device(
+        device_name=odla.DeviceName.DEFAULT))
+    module = session.executable.module
+    (entry,) = engine_cache.entries(tmp_path / "cache")
+    assert len(module.weights) == 2
+    for weight in module.weights:
+        assert isinstance(weight, np.memmap)
+        assert str(entry.path) in str(weight.filename)
+    files = [str(w.filename) for w in module.weights]
+    assert all(float(np.abs(w).sum()) > 0 for w in module.weights)  # read: now resident
+    assert all(_resident_kib(f) >= 48 for f in files)
+    (first,) = session.run({"x": X})
+    assert module.vendor_regions  # oneDNN took the matmuls, packing both weights
+    # What stays: the partial pages at each end (the first holds the .npy header).
+    assert all(_resident_kib(f) <= 8 for f in files)
+    (second,) = session.run({"x": X})  # the packed copies serve later runs
+    for out in (first, second):
+        np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-5)
+        assert out.dtype == np.float32 and out.shape == (2, 3)
+
+
+def test_weights_are_replaced_before_the_first_run_only_and_by_the_same_kinds(tmp_path):
+    path, _ = _mlp(tmp_path / "m.onnx", hidden=1024)
+    module = odla.Session.from_onnx(path, engine_cache=False).executable.module
+    assert not any(isinstance(w, np.memmap) for w in module.weights)
+    with pytest.raises(ValueError, match="expected the same dtypes and shapes"):
+        module.replace_weights([w.astype(np.float64) for w in module.weights])
+    with pytest.raises(ValueError, match="expected the same dtypes and shapes"):
+        module.replace_weights(module.weights[:1])
+    module.run([X])
+    with pytest.raises(RuntimeError, match="before its first run only"):
+        module.replace_weights(list(module.weights))
