@@ -26,29 +26,20 @@ ODLA_PATHS = {"default": "DEFAULT", "tvm": "INTEL_X86", "tuned": "INTEL_X86",
               "cached": "DEFAULT"}
 
 
-def _odla_cached(job):
-    """What a user's Session.from_onnx does, the engine cache in the job's cache_dir: the
-    first process of a model compiles and keeps the engine there, the next reads it."""
-    import odla_tvm as odla
-
-    device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[job["path"]]])
-    session = odla.Session.from_onnx(job["model"], device, engine_cache=True,
-                                     cache_dir=job["cache_dir"])
-    feeds = job["feeds"]
-    return lambda: session.run(feeds), {"target": device.target.name}, None
-
-
 def _odla(job):
+    """What a user's Session.from_onnx does. On the default and cached paths the engine cache
+    is on, in the job's cache_dir: the default path's process compiles and keeps the engine
+    there (and runs from the kept weights, as a user's first load does), the cached path's
+    next process reads it."""
     import odla_tvm as odla
-    from odla_tvm.frontends.onnx import import_model
 
     import relay_bridge
 
-    device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[job["path"]]])
-    computation = import_model(job["model"])
-    odla.set_computation_item(computation, odla.ItemType.CACHE_DIR, job["cache_dir"])
-    session = odla.Session(computation, device)
-    odla.destroy_computation(computation)  # as Session.from_onnx does: the weights held once
+    path = job["path"]
+    device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[path]])
+    session = odla.Session.from_onnx(job["model"], device,
+                                     engine_cache=path in ("default", "cached"),
+                                     cache_dir=job["cache_dir"])
     module, feeds = session.executable.module, job["feeds"]
     info = {"target": device.target.name, "tuned_kernels": len(module.tuned_kernels),
             "kernels": len(module.kernel_bindings)}
@@ -92,7 +83,7 @@ def _openvino(job):
 
 
 LOADERS = {"onnxruntime": _onnxruntime, "openvino": _openvino,
-           **{path: _odla for path in ODLA_PATHS}, "cached": _odla_cached}
+           **{path: _odla for path in ODLA_PATHS}}
 MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino",
            **{path: "odla_tvm.frontends.onnx" for path in ODLA_PATHS}}
 

@@ -47,7 +47,8 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     assert result.paths["default"].checks_s == result.paths["tvm"].checks_s == 0
     assert result.paths["onnxruntime"].checks_s is None
     assert result.paths["default"].match and result.paths["tvm"].match
-    # The second load read the engine the first kept: faster than the compile, same outputs.
+    # The cached load read the engine the default path kept: faster than its compile, same
+    # outputs.
     cached = result.paths["cached"]
     assert cached.error == "" and cached.match
     assert 0 < cached.load_s < result.paths["default"].load_s
