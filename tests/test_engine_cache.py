@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
 import targets
-from targets import onednn
 from odla_tvm import engine_cache
 from odla_tvm.cli import main as cli
+from odla_tvm.device import default_plugin_missing
 from odla_tvm.frontends import onnx as onnx_frontend
 
 
@@ -192,14 +192,6 @@ def test_a_model_with_external_data_is_not_kept_and_one_without_is(tmp_path):
     assert [e.model for e in engine_cache.entries(tmp_path / "cache")] == [path]
 
 
-def _onednn_missing() -> str:
-    try:
-        onednn.check_available()
-    except targets.PluginUnavailable as err:
-        return str(err)
-    return ""
-
-
 def _resident_kib(path: str) -> int:
     """The kB of the file at ``path`` mapped into this process and resident (smaps' Rss)."""
     total, inside = 0, False
@@ -213,7 +205,7 @@ def _resident_kib(path: str) -> int:
     return total
 
 
-@pytest.mark.skipif(bool(_onednn_missing()), reason=_onednn_missing())
+@pytest.mark.skipif(default_plugin_missing() is not None, reason=str(default_plugin_missing()))
 def test_a_first_load_runs_from_its_kept_weights_and_packed_ones_leave_memory(tmp_path):
     """The engine just kept serves the session: its weights memory-mapped from the entry, so
     a weight oneDNN packed is not also held (the runtime hands its file pages back)."""
