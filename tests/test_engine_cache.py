@@ -242,3 +242,19 @@ def test_weights_are_replaced_before_the_first_run_only_and_by_the_same_kinds(tm
     module.run([X])
     with pytest.raises(RuntimeError, match="before its first run only"):
         module.replace_weights(list(module.weights))
+
+
+@pytest.mark.parametrize("device_name", ["INTEL_X86", "DEFAULT"])
+def test_a_session_runs_on_after_its_engine_is_cleared_from_the_cache(tmp_path, device_name):
+    """The session reads its weights from the entry's files: removing the entry (clear,
+    eviction by another process) unlinks them, and the mapped files stay readable."""
+    path, reference = _mlp(tmp_path / "m.onnx", hidden=4096)
+    session = _load(path, tmp_path / "cache",
+                    device=odla.allocate_device(device_name=odla.DeviceName[device_name]))
+    assert all(isinstance(w, np.memmap) for w in session.executable.module.weights)
+    removed = engine_cache.clear(tmp_path / "cache")
+    assert len(removed) == 1 and not removed[0].path.exists()
+    for _ in range(2):
+        (out,) = session.run({"x": X})
+        np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-5)
+        assert out.dtype == np.float32 and out.shape == (2, 3)
