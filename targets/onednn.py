@@ -20,6 +20,7 @@ Linux (the DEFAULT device uses it there).
 
 from __future__ import annotations
 
+
 import os
 import sys
 from importlib import resources
@@ -233,12 +234,13 @@ def _post_op(chain, annotations, index: int):
     return post
 
 
-def _with_post_ops(name: str, root, annotations, count: int, check) -> PluginPattern:
+def _with_post_ops(name: str, root, annotations, count: int, check,
+                   before_folding: bool = False) -> PluginPattern:
     annotations["root_op"] = root
     chain = root
     for index in range(count):
         chain = _post_op(chain, annotations, index)
-    return PluginPattern(f"{name}_{count}", chain, annotations, check)
+    return PluginPattern(f"{name}_{count}", chain, annotations, check, before_folding)
 
 
 def _conv2d_pattern(post_ops: int) -> PluginPattern:
@@ -258,7 +260,9 @@ def _matmul_pattern(constant: bool, transposed: bool, post_ops: int) -> PluginPa
     matmul = is_op("relax.matmul")(wildcard(), right)
     name = "_".join(["onednn.matmul", *(["constant"] if constant else []),
                      *(["transposed"] if transposed else [])])
-    return _with_post_ops(name, matmul, annotations, post_ops, _matmul_ok)
+    # A constant's transpose is read as it is, packed once like any constant weight.
+    return _with_post_ops(name, matmul, annotations, post_ops, _matmul_ok,
+                          before_folding=constant and transposed)
 
 
 def _binary_ok(context) -> bool:

@@ -48,6 +48,9 @@ class PluginPattern:
     pattern: DFPattern
     annotations: Mapping[str, DFPattern] = field(default_factory=dict)
     check: Callable[[relax.transform.PatternCheckContext], bool] | None = None
+    # Matched once before the graph's constants fold as well: a pattern that takes a
+    # constant's transpose as it is, which folding would copy (see partition).
+    before_folding: bool = False
 
     def fusion_pattern(self) -> relax.transform.FusionPattern:
         return relax.transform.FusionPattern(self.name, self.pattern, dict(self.annotations),
@@ -154,10 +157,16 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
         override=True)
     if plugin.prepare is not None:
         mod = plugin.prepare(mod, mine)
-    # Folded first, so that weights and biases computed from constants (a reshape of a bias,
+    patterns = plugin.patterns(mine)
+    # Those that take a constant's transpose as it is come first: folded, a transposed weight
+    # is a copy held beside the original until compiling ends (AlexNet's Gemm weights: 231 MB).
+    early = [p.fusion_pattern() for p in patterns if p.before_folding]
+    if early:
+        mod = relax.transform.FuseOpsByPattern(early, bind_constants=False)(mod)
+    # Then folded, so that weights and biases computed from constants (a reshape of a bias,
     # a batch norm's factors) reach the patterns as the constants they are.
     mod = relax.transform.FoldConstant()(mod)
-    mod = relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in plugin.patterns(mine)],
+    mod = relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in patterns],
                                            bind_constants=False)(mod)
     return tvm.transform.Sequential([
         relax.transform.MergeCompositeFunctions(),

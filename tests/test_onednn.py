@@ -130,6 +130,25 @@ def test_gemm_matches_tvm(m, k, n, b_transposed, relu):
     _check_against_tvm(build, {"a": a})
 
 
+@needs_onednn
+def test_a_gemms_transposed_constant_weight_is_read_as_it_is_not_copied():
+    """Matched before the constants fold, the weight is packed from its transpose: no
+    transposed copy is made and held beside it (AlexNet's: 231 MB when compiling)."""
+    rng = np.random.default_rng(7)
+    a, b, c = _randn(rng, 4, 256), _randn(rng, 64, 256, scale=0.1), _randn(rng, 64)
+
+    def build():
+        odla.set_value_as_output(odla.gemm(odla.create_argument(VT(E.FLOAT32, (4, 256)), "a"),
+                                           False, _constant(b), True, 1.0, 1.0, _constant(c)))
+
+    exe, (out,) = _run(build, {"a": a}, DeviceName.INTEL_DNNL)
+    np.testing.assert_allclose(out, a @ b.T + c, rtol=RTOL, atol=ATOL)
+    assert out.dtype == np.float32 and out.shape == (4, 64)
+    assert _oneDNN_calls(exe) == 1
+    assert [w.shape for w in exe.module.weights] == [(64, 256)]  # as given, not (256, 64)
+    np.testing.assert_array_equal(exe.module.weights[0], b)
+
+
 # (input NCHW, window, strides, pads front, pads back)
 POOLS = [
     ((1, 8, 12, 12), (2, 2), (2, 2), (0, 0), (0, 0)),
