@@ -592,7 +592,7 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         call = self.visit_expr_post_order(call)
         name = getattr(call.op, "name", None)
         ty = call.ty
-        if name not in _NUMPY_FOLDS and name != "relax.reshape" or not (
+        if name not in (*_NUMPY_FOLDS, "relax.reshape") or not (
                 isinstance(ty, relax.TensorType) and ty.shape is not None
                 and all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values)):
             return call

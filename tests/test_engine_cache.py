@@ -190,6 +190,9 @@ def test_a_model_with_external_data_is_not_kept_and_one_without_is(tmp_path):
     assert engine_cache.entries(tmp_path / "cache") == []
     _load(path, tmp_path / "cache")
     assert [e.model for e in engine_cache.entries(tmp_path / "cache")] == [path]
+    (tmp_path / "outside.data").write_bytes(b"")  # telling reads no weights, theirs neither
+    assert onnx_frontend.has_external_data(str(outside))
+    assert not onnx_frontend.has_external_data(path)
 
 
 def _resident_kib(path: str) -> int:

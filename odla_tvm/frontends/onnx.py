@@ -116,12 +116,9 @@ def has_external_data(model) -> bool:
     elif isinstance(model, (bytes, bytearray, memoryview)):
         proto = _parse(bytes(model))
     else:  # read without its large weights' bytes (BERT-base's whole proto: 880 MB at the peak)
-        proto, left = read_leaving_weights(os.fspath(model))
-        if left.places:
-            return any(onnx.external_data_helper.uses_external_data(t) and t.name not in left
-                       for t in proto.graph.initializer)
-        # None to leave (read by onnx.load, external data and all): small enough to read again
-        proto = onnx.load(os.fspath(model), load_external_data=False)
+        proto, left = read_leaving_weights(os.fspath(model), load_external_data=False)
+        return any(onnx.external_data_helper.uses_external_data(t) and t.name not in left
+                   for t in proto.graph.initializer)
     return any(onnx.external_data_helper.uses_external_data(t) for t in proto.graph.initializer)
 
 

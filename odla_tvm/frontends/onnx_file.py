@@ -69,14 +69,16 @@ class FileWeights:
         return data.astype(dtype.newbyteorder("="), copy=False).reshape(tuple(tensor.dims))
 
 
-def read_leaving_weights(path: str) -> tuple[onnx.ModelProto, FileWeights]:
+def read_leaving_weights(path: str, load_external_data: bool = True
+                         ) -> tuple[onnx.ModelProto, FileWeights]:
     """The model at ``path`` with the raw data of its large initializers (of plain numeric
-    types) left in the file, and where they are. A file the walk does not understand is read
-    whole by onnx.load; DecodeError and the like as onnx.load raises them."""
+    types) left in the file, and where they are. A file the walk does not understand, or with
+    nothing to leave, is read whole by onnx.load (with its external data as asked);
+    DecodeError and the like as onnx.load raises them."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
-            return onnx.load(path), FileWeights(path, {})
+            return onnx.load(path, load_external_data=load_external_data), FileWeights(path, {})
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             view = memoryview(data)
             try:
@@ -86,7 +88,7 @@ def read_leaving_weights(path: str) -> tuple[onnx.ModelProto, FileWeights]:
             finally:
                 view.release()
     if encoded is None:
-        return onnx.load(path), FileWeights(path, {})
+        return onnx.load(path, load_external_data=load_external_data), FileWeights(path, {})
     proto = onnx.ModelProto()
     proto.ParseFromString(encoded)
     return proto, FileWeights(path, places)
