@@ -624,6 +624,62 @@ def test_exported_module_with_onednn_parts_runs_in_a_fresh_process(tmp_path):
 
 
 @needs_onednn
+def test_regions_share_one_scratch_buffer_for_their_intermediates(tmp_path):
+    """Eight regions (two 1x1 convolutions each, widening to 32-60 channels and back; TVM's
+    sine between them), each holding 16-24 MB of intermediates in oneDNN's layouts: a fresh
+    process's first run holds what the largest region needs, not the sum (245 MB when each
+    region kept its own, 55 with one buffer)."""
+    regions, channels, size = 8, 32, 256
+    weights = []
+    for k in range(regions):
+        wide = channels + 4 * k  # another shape each: identical regions are one already
+        weights += [_randn(RNG, wide, channels, 1, 1, scale=0.2),
+                    _randn(RNG, channels, wide, 1, 1, scale=0.2)]
+
+    def build():
+        x = odla.create_argument(VT(E.FLOAT32, (1, channels, size, size)), "x")
+        for k in range(regions):
+            for w in weights[2 * k:2 * k + 2]:
+                x = odla.relu(odla.conv(x, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1),
+                                        (1, 1), (0, 0), (0, 0)))
+            x = odla.sin(x)
+        odla.set_value_as_output(x)
+
+    x = _randn(RNG, 1, channels, size, size)
+    expected = x
+    for k in range(regions):
+        for w in weights[2 * k:2 * k + 2]:
+            expected = np.maximum(np.einsum("oi,nihw->nohw", w[:, :, 0, 0], expected), 0)
+        expected = np.sin(expected)
+    comp = odla.create_computation()
+    build()
+    exe = odla.compile_computation(comp, odla.allocate_device(device_name=DeviceName.INTEL_DNNL))
+    path = tmp_path / "chain.odla"
+    odla.store_executable(str(path), exe)
+    np.save(tmp_path / "x.npy", x)
+    script = textwrap.dedent(f"""
+        import numpy as np, odla_tvm as odla
+        def anon_mb():
+            with open("/proc/self/status") as status:
+                return next(int(l.split()[1]) for l in status if l.startswith("RssAnon")) // 1024
+        device = odla.allocate_device(device_name=odla.DeviceName.INTEL_DNNL)
+        session = odla.Session({str(path)!r}, device)
+        x = np.load({str(tmp_path / 'x.npy')!r})
+        before = anon_mb()
+        np.save({str(tmp_path / 'out.npy')!r}, session.run({{"x": x}})[0])
+        lib = session.executable.module.runtime_library
+        print(lib.get_function("{onednn.CALLS_FUNCTION}", query_imports=True)(), anon_mb() - before)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    calls, grown_mb = map(int, done.stdout.split()[-2:])
+    assert calls == regions
+    # The largest region's 24 MB, TVM's 8 MB tensors between regions and the output.
+    assert grown_mb < 96, f"the first run took {grown_mb} MB"
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), expected, rtol=RTOL, atol=ATOL)
+
+
+@needs_onednn
 def test_the_vm_runs_the_in_memory_build_calling_only_the_vendor_parts_linked():
     import tvm_ffi
 

@@ -18,9 +18,11 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -123,6 +125,10 @@ inline void* data(const TVMFFIAny& arg) {
   return static_cast<char*>(tensor->data) + tensor->byte_offset;
 }
 
+constexpr size_t kAlignment = 64;  // a cache line, as oneDNN aligns what it allocates
+
+inline size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21  // Linux 5.4
 #endif
@@ -157,6 +163,27 @@ void release_file_pages(void* data, size_t size) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
 }
 
+// The buffer the temporaries of every region this library runs on the calling thread live
+// in, as large as the largest region needs: regions run one at a time on a thread, so their
+// intermediates need not each be held for the life of the model (ConvNeXt-T's 38 regions held
+// 75 MB of them, summed). A thread's buffer lives as long as the thread.
+char* scratch(size_t bytes) {
+  struct Arena {
+    void* data = nullptr;
+    size_t size = 0;
+    ~Arena() { std::free(data); }
+  };
+  thread_local Arena arena;
+  if (arena.size < bytes) {
+    std::free(arena.data);
+    arena.size = 0;
+    arena.data = std::aligned_alloc(kAlignment, bytes);  // bytes: a multiple of kAlignment
+    if (arena.data == nullptr) throw std::bad_alloc();
+    arena.size = bytes;
+  }
+  return static_cast<char*>(arena.data);
+}
+
 class Region {
  public:
   explicit Region(const RegionSpec& spec)
@@ -184,6 +211,8 @@ class Region {
                                << results_.size() << " outputs got " << num_args << " arguments";
     if (!built_) build(args);
     ++region_calls;
+    char* base = scratch(scratch_bytes_);
+    for (const Temporary& t : temporaries_) t.value.set_data_handle(base + t.offset);
     omp_set_num_threads(thread_count());  // OpenMP keeps it per calling thread
     std::vector<void*> params;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -234,9 +263,67 @@ class Region {
       else
         add_reorder(value, outputs_.back());
     }
+    place_temporaries();
     built_ = true;
   }
 
+  // A buffer only this region's calls read and write (an intermediate, a reordered operand):
+  // it lives in the thread's scratch buffer, at the offset place_temporaries gives it.
+  memory temporary(const memory::desc& desc) {
+    temporaries_.push_back({memory(desc, cpu_engine(), nullptr), 0});
+    return temporaries_.back().value;
+  }
+
+  // Offsets for the temporaries such that two whose uses overlap in the actions never share
+  // bytes (the larger placed first, each at the lowest offset free over its actions): a
+  // buffer is reused once the last action reading it has run. A value computed in TVM's
+  // output takes no room.
+  void place_temporaries() {
+    std::unordered_map<dnnl_memory_t, size_t> owner;  // a memory, or a view of it: its temporary
+    for (size_t i = 0; i < temporaries_.size(); ++i) owner[temporaries_[i].value.get()] = i;
+    for (const auto& [value, output] : in_output_) owner.erase(value.get());
+    auto alias = [&](const memory& source, const memory& view) {
+      auto found = owner.find(source.get());
+      if (found != owner.end()) owner[view.get()] = found->second;
+    };
+    for (const auto& [value, writer] : writers_) alias(value, writer);
+    for (const auto& [source, view] : step_views_) alias(source, view);
+    std::vector<std::pair<size_t, size_t>> uses(temporaries_.size(), {SIZE_MAX, 0});
+    for (size_t a = 0; a < actions_.size(); ++a)
+      for (const auto& [kind, used] : actions_[a].args) {
+        auto found = owner.find(used.get());
+        if (found == owner.end()) continue;
+        auto& [first, last] = uses[found->second];
+        first = std::min(first, a);
+        last = std::max(last, a);
+      }
+    std::vector<size_t> order;
+    for (size_t i = 0; i < temporaries_.size(); ++i)
+      if (uses[i].first != SIZE_MAX) order.push_back(i);
+    auto size = [&](size_t i) { return aligned(temporaries_[i].value.get_desc().get_size()); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
+    std::vector<size_t> placed;
+    for (size_t i : order) {
+      std::vector<std::pair<size_t, size_t>> taken;  // byte ranges of those live at once
+      for (size_t j : placed)
+        if (uses[j].first <= uses[i].second && uses[i].first <= uses[j].second)
+          taken.emplace_back(temporaries_[j].offset, temporaries_[j].offset + size(j));
+      std::sort(taken.begin(), taken.end());
+      size_t offset = 0;
+      for (const auto& [begin, end] : taken) {
+        if (offset + size(i) <= begin) break;
+        offset = std::max(offset, end);
+      }
+      temporaries_[i].offset = offset;
+      scratch_bytes_ = std::max(scratch_bytes_, offset + size(i));
+      placed.push_back(i);
+    }
+  }
+
+  struct Temporary {
+    memory value;
+    size_t offset;  // in the scratch buffer
+  };
   struct Action {
     dnnl::primitive primitive;
     std::unordered_map<int, memory> args;
@@ -266,7 +353,7 @@ class Region {
     for (const auto& [from, converted] : converted_)
       if (from.kind == operand.kind && from.index == operand.index && converted.get_desc() == desc)
         return converted;
-    memory converted(desc, cpu_engine());
+    memory converted = temporary(desc);
     add_reorder(source, converted);
     converted_.emplace_back(operand, converted);
     return converted;
@@ -368,11 +455,11 @@ class Region {
         buffer_of_next_ = buffers_[op.operand.index];
         return value(op.operand);
       }
-      memory dst(desc, cpu_engine());
+      memory dst = temporary(desc);
       add_reorder(value(op.operand), dst);
       return dst;
     }
-    return memory(desc, cpu_engine());
+    return temporary(desc);
   }
 
   void finish_step(const Step& s, dnnl::primitive primitive, const memory::desc& dst_desc,
@@ -525,7 +612,7 @@ class Region {
     if (!folded) return finish_step(s, dnnl::matmul(pd), pd.dst_desc(), std::move(args));
     // The step's value keeps its dims; the primitive writes it through a one-batch view,
     // which follows its buffer (a result computed in TVM's output moves each call).
-    memory dst(plain_desc(to_dims(s.dst_shape)), cpu_engine());
+    memory dst = temporary(plain_desc(to_dims(s.dst_shape)));
     args[DNNL_ARG_DST] = step_view(dst, pd.dst_desc());
     actions_.push_back({dnnl::matmul(pd), std::move(args)});
     push_value(dst);
@@ -584,7 +671,7 @@ class Region {
     // view in src's rank.
     memory other = same_dims ? as_layout(s.weights, wanted) : plain_view(s.weights, dims, false);
     if (other.get_desc() != wanted) {
-      memory converted(wanted, cpu_engine());
+      memory converted = temporary(wanted);
       add_reorder(other, converted);
       other = converted;
     }
@@ -621,9 +708,9 @@ class Region {
         stride *= transposed[i];
       }
     }
-    memory result(result_desc, cpu_engine());
+    memory result = temporary(result_desc);
     memory writer(memory::desc(src_dims, memory::data_type::f32, strides), cpu_engine(),
-                  result.get_data_handle());
+                  nullptr);
     if (!src_nhwc.empty()) {
       src = step_view(src, memory::desc(src_dims, memory::data_type::f32, src_nhwc));
     } else if (src.get_desc().get_dims() != src_dims) {
@@ -793,6 +880,8 @@ class Region {
   std::vector<std::pair<memory, memory>> step_views_;  // a step's value, a view of its buffer
   std::vector<std::pair<Operand, memory>> converted_;  // as_layout's buffers, by source
   std::vector<Weights> weights_;
+  std::vector<Temporary> temporaries_;
+  size_t scratch_bytes_ = 0;     // the scratch buffer this region's temporaries need
   std::vector<Action> actions_;
   std::vector<std::pair<int, float>> scalars_;  // parameter index, value built with
   bool built_ = false;
