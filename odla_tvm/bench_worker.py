@@ -27,10 +27,10 @@ ODLA_PATHS = {"default": "DEFAULT", "tvm": "INTEL_X86", "tuned": "INTEL_X86",
 
 
 def _odla(job):
-    """What a user's Session.from_onnx does. On the default and cached paths the engine cache
-    is on, in the job's cache_dir: the default path's process compiles and keeps the engine
-    there (and runs from the kept weights, as a user's first load does), the cached path's
-    next process reads it."""
+    """What a user's Session.from_onnx does. But on the tuned path (whose cache_dir is the
+    user's) the engine cache is on, in the job's cache_dir: the default and tvm paths'
+    processes compile and keep the engine there (and run from the kept library and weights,
+    as a user's first load does), the cached path's next process reads default's."""
     import odla_tvm as odla
 
     import relay_bridge
@@ -38,7 +38,7 @@ def _odla(job):
     path = job["path"]
     device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[path]])
     session = odla.Session.from_onnx(job["model"], device,
-                                     engine_cache=path in ("default", "cached"),
+                                     engine_cache=path != "tuned",
                                      cache_dir=job["cache_dir"])
     module, feeds = session.executable.module, job["feeds"]
     info = {"target": device.target.name, "tuned_kernels": len(module.tuned_kernels),

@@ -6,7 +6,8 @@ imports and compiles it, runs it when asked and reports its peak RSS at the end:
 
 - ``default``: odla-tvm's DEFAULT device (the host CPU, oneDNN taking what it takes), loaded
   as a user's first Session.from_onnx loads it: compiled, and kept in an empty engine cache;
-- ``tvm``: the INTEL_X86 device, TVM's build alone (slow: timed alone, on a small budget);
+- ``tvm``: the INTEL_X86 device, TVM's build alone (slow: timed alone, on a small budget),
+  loaded as a user's first Session.from_onnx loads it too;
 - ``onnxruntime``: its CPU provider, the reference for outputs and ratios;
 - ``openvino``: its CPU plugin, where the package is installed (the ``bench`` extra);
 - ``tuned``: INTEL_X86 with the host-cpu tuning records, only where some apply to the model;
@@ -557,9 +558,10 @@ def _machine_section(threads, seconds, load) -> list[str]:
          "(each after 0.1 s idle and 0.05 s of untimed runs) until each has at least 5 runs and "
          "3 s of them. Figures are medians; ratios are latency over onnxruntime's (under 1.0x: "
          f"faster). *Match*: outputs within rtol {MATCH_RTOL:g}, atol {MATCH_ATOL:g} of "
-         "onnxruntime's. *Compile*: ONNX import and compile (odla-tvm; *default* also keeps "
-         "the engine in the engine cache, on by default, and runs from its memory-mapped "
-         "weights, as a user's first Session.from_onnx does), session creation "
+         "onnxruntime's. *Compile*: ONNX import and compile (odla-tvm; *default* and *tvm* also "
+         "keep the engine in the engine cache, on by default, and run from the kept library "
+         "and its memory-mapped weights, as a user's first Session.from_onnx does), session "
+         "creation "
          "(onnxruntime, OpenVINO). *Cached load*: a second Session.from_onnx of the model on the "
          "DEFAULT device in a new process, reading the engine *default* kept in the engine "
          f"cache (goal: at most {CACHED_GOAL_S:g} s), and whether its outputs match. "

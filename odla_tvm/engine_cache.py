@@ -31,7 +31,7 @@ from targets.runner import cache_dir as default_cache_dir
 
 from .device import Device, checked_device
 from . import bundle
-from .executable import Executable, load_executable, run_from_bundle_weights, write_atomically
+from .executable import Executable, load_executable, run_from_bundle, write_atomically
 from .types import OdlaError
 from .version import __version__
 
@@ -188,8 +188,8 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
 
 def store(key: str, executable: Executable, description: str, cache_dir=None) -> None:
     """Keeps ``executable`` (not yet run) under ``key``, then evicts the least recently used
-    entries past the size limit; from then on ``executable`` runs from the entry's weights,
-    memory-mapped (see run_from_bundle_weights). A cache that cannot be written (a read-only
+    entries past the size limit; from then on ``executable`` runs from the entry's library
+    and weights, memory-mapped (see run_from_bundle). A cache that cannot be written (a read-only
     directory, a full disk) is skipped with a warning: the executable in hand still runs."""
     root = cache_root(cache_dir)
     path = root / f"{key}{_SUFFIX}"
@@ -199,7 +199,7 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
         root.mkdir(parents=True, exist_ok=True)
         bundle.export(executable, None, path)  # written beside and renamed into place
         write_atomically(root / f"{key}{_INFO_SUFFIX}", json.dumps(info).encode())
-        run_from_bundle_weights(executable, path)
+        run_from_bundle(executable, path)
     except (OSError, OdlaError) as err:
         log.warning("engine cache %s not written (%s); the model compiles again next time",
                     root, getattr(err, "message", err))

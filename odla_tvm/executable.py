@@ -388,13 +388,15 @@ def _mapped_weights(root: Path, manifest: dict) -> list[np.ndarray]:
                                for i, slot in enumerate(manifest.get("weights", []))})
 
 
-def run_from_bundle_weights(exe: Executable, path) -> None:
-    """``exe``, not yet run, runs from then on from the weights of the bundle it was just
-    exported to at ``path`` (memory-mapped) rather than from its own, which it lets go: the
-    pages of file-mapped weights that a vendor region packs leave memory once packed
-    (targets/onednn/runtime.cc), so the originals and their packed copies are not both held."""
+def run_from_bundle(exe: Executable, path) -> None:
+    """``exe``, not yet run, runs from then on from the bundle it was just exported to at
+    ``path``: its library, loaded, and its weights, memory-mapped, rather than its own build
+    and weights, which it lets go. The pages of file-mapped weights that a vendor region
+    packs leave memory once packed (targets/onednn/runtime.cc), so the originals and their
+    packed copies are not both held."""
     root = Path(path)
-    exe.module.replace_weights(_mapped_weights(root, json.loads((root / MANIFEST).read_text())))
+    exe.module.run_from_library(os.fspath(root / LIBRARY),
+                                _mapped_weights(root, json.loads((root / MANIFEST).read_text())))
 
 
 def _weights(manifest: dict, arrays) -> list[np.ndarray]:
