@@ -77,16 +77,27 @@ def _tanh_forms() -> list[_Gelu]:
 
 
 @cache
-def _forms() -> list[_Gelu]:
-    return _erf_forms() + _tanh_forms()
+def _forms() -> tuple[list[_Gelu], relax.dpl.DFPattern]:
+    """The forms, and one pattern matching any of them: a rewrite_call pass costs about the
+    same whatever its pattern (BERT-base: 0.65 s), so the six forms go in one pass."""
+    forms = _erf_forms() + _tanh_forms()
+    any_form = forms[0].pattern
+    for form in forms[1:]:
+        any_form = any_form | form.pattern
+    return forms, any_form
 
 
 def recognize_gelu(func: relax.Function) -> relax.Function:
     """``func`` with every float32 GELU written out elementwise as one relax.nn.gelu (or
     gelu_tanh) call; an unmatched or differently-valued chain stays as it is."""
-    for form in _forms():
-        func = relax.dpl.rewrite_call(form.pattern, form.rewrite, func)
-    return func
+    forms, any_form = _forms()
+
+    def rewrite(call: relax.Call, matches) -> relax.Expr:
+        # The forms differ in their ops, so a call matches one of them at most.
+        form = next(f for f in forms if f.pattern in matches)
+        return form.rewrite(call, matches)
+
+    return relax.dpl.rewrite_call(any_form, rewrite, func)
 
 
 def _spatial_pads(pad: relax.Call, layout: str) -> tuple[int, int, int, int] | None:
