@@ -951,6 +951,31 @@ def test_gelu_written_out_is_recognized_as_one_op(tmp_path):
     assert "R.erf" not in module and "R.tanh" not in module
 
 
+def test_gelu_recognized_after_a_matmul_keeps_its_weight_as_the_constant_it_was(tmp_path):
+    """The rewrite runs with the weights lifted out as parameters (hashing them made each
+    pass slow); they are bound back: main takes x alone and reads the weight's own data."""
+    from onnx import helper
+    from tvm import relax
+
+    node = helper.make_node
+    w = _randn(np.random.default_rng(6), 17, 32)
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Div", ["h", "sqrt2"], ["d"]),
+             node("Erf", ["d"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+             node("Mul", ["h", "e1"], ["m"]), node("Mul", ["m", "half"], ["y"])]
+    path = _onnx_model(tmp_path / "mlp.onnx", nodes, [("x", (3, 17))], [("y", (3, 32))],
+                       dict(w=w, sqrt2=np.sqrt(2), one=1.0, half=0.5))
+    x = _randn(np.random.default_rng(7), 3, 17)
+    _against_onnxruntime(path, {"x": x}, DeviceName.INTEL_X86)
+    main = import_model(path).build_module()["main"]
+    assert len(main.params) == 1  # x: no weight left a parameter
+    assert "R.nn.gelu(" in main.script()
+    weights = []
+    relax.analysis.post_order_visit(main, lambda e: weights.append(e.value.numpy()) if hasattr(
+        getattr(e, "value", None), "shape") and len(e.value.shape) == 2 else None)
+    assert len(weights) == 1
+    np.testing.assert_array_equal(weights[0], w)
+
+
 @needs_onednn
 def test_exporters_layer_norm_form_goes_to_onednn(tmp_path):
     """Below opset 17 exporters write layer norm as ReduceMean, Sub, Pow, ReduceMean, Add,
