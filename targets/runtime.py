@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
 import os
@@ -160,6 +161,16 @@ def _call_timer(on_call):
     return instrument
 
 
+def release_freed_memory() -> None:
+    """Hands the free pages of the heap back to the system (glibc's malloc_trim; nothing
+    elsewhere). glibc keeps what a compile frees, its passes' copies of the weights among it,
+    for the process's whole life: pure-TVM BERT-base's first load left 717 MB of heap, 33 MB
+    once trimmed, the mapped weights it then ran from counted beside it."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
 def load_library(path: str) -> tvm.runtime.Module:
     """The shared library now at ``path``, loaded under a name of its own (a hard link beside
     it, removed once loaded): the dynamic loader hands back a library it loaded before under
@@ -247,6 +258,7 @@ class CompiledModule:
                              "dtypes and shapes")
         self.library = load_library(path)
         self.weights = weights
+        release_freed_memory()  # the build's code and weights
 
     def _entry(self):
         if self._main is None:
@@ -799,6 +811,7 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
             recorder = _KernelRecorder()
             library, regions, weights = _compile(mod, spec, None, plugin_items, recorder,
                                                  schedule=False)
+    release_freed_memory()  # what the compile's passes held
     return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions,
                           weights)
 
