@@ -117,10 +117,14 @@ def test_a_damaged_or_foreign_entry_is_rebuilt_never_run(tmp_path, damage, caplo
     library = entry.path / "model.so"
     blob = library.read_bytes()
     info_path = entry.path.with_suffix(".json")
-    if damage == "truncated":
-        library.write_bytes(blob[: len(blob) // 2])
-    elif damage == "corrupted":
-        library.write_bytes(blob[:-100] + bytes(100))
+    # Damaged files take the library's place as a new file (written beside, renamed): this
+    # process has the library loaded, and a loaded library written over in place breaks any
+    # process that has it (the cache itself only ever renames new files into place).
+    if damage in ("truncated", "corrupted"):
+        damaged = library.with_suffix(".damaged")
+        damaged.write_bytes(blob[: len(blob) // 2] if damage == "truncated"
+                            else blob[:-100] + bytes(100))
+        os.replace(damaged, library)
     elif damage == "foreign":  # another model's engine copied under this key
         _load(other, tmp_path / "elsewhere")
         (foreign,) = engine_cache.entries(tmp_path / "elsewhere")
