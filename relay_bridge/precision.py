@@ -4,13 +4,16 @@ stay float32."""
 
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 
 import tvm
 from tvm import relax
 from tvm.relax import op as R
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
+from .composites import rewritten_without_weights
 from .errors import LoweringError
 
 # Relax ops worth computing in 16 bits, with the Python builder that remakes each.
@@ -38,12 +41,14 @@ def _bfloat16_operands(mod: tvm.IRModule, result_dtype: str) -> tvm.IRModule:
         result = builder(*operands, **attrs)
         return result if result_dtype == "float32" else R.astype(result, "float32")
 
+    # One pass for every heavy op, the weights out of the function meanwhile: a pass hashes
+    # every constant's data, whatever its pattern (see rewritten_without_weights).
+    heavy = functools.reduce(operator.or_,
+                             (is_op(name)(wildcard(), wildcard()) for name in _HEAVY_OPS))
     updated = {}
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            for op_name in _HEAVY_OPS:
-                func = rewrite_call(is_op(op_name)(wildcard(), wildcard()), rewrite, func)
-            updated[gv] = func
+            updated[gv] = rewritten_without_weights(func, lambda f: rewrite_call(heavy, rewrite, f))
     for gv, func in updated.items():
         mod[gv] = func
     return relax.transform.Normalize()(mod)
