@@ -258,6 +258,13 @@ def _winograd_eligible(call, lookup) -> bool:
 
 @relax.expr_functor.mutator
 class _WinogradConvs(relax.expr_functor.PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        # (data dims, weight dims, padding) -> the kernel call made for them: convolutions of
+        # one shape share the kernel, made once (TVM's te.create_prim_func took 25 ms a call,
+        # ResNet-50 has 13 such convolutions of 4 shapes).
+        self.kernels: dict[tuple, relax.Call] = {}
+
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         if not _winograd_eligible(call, self.lookup_binding):
@@ -271,9 +278,15 @@ class _WinogradConvs(relax.expr_functor.PyExprMutator):
         packed = relax.op.reshape(relax.op.matmul(relax.const(np.kron(g, g)), taps),
                                   [_WINOGRAD_ALPHA, _WINOGRAD_ALPHA, out_channels, in_channels])
         weight_pack = self.builder_.emit(packed)
-        return self.builder_.call_te(_winograd_conv_nhwc, call.args[0], weight_pack,
-                                     padding=[int(p) for p in call.attrs.padding],
-                                     primfunc_name_hint="conv2d_winograd")
+        padding = [int(p) for p in call.attrs.padding]
+        key = (tuple(static_dims(call.args[0])), (out_channels, in_channels), tuple(padding))
+        made = self.kernels.get(key)
+        if made is not None:
+            return relax.call_tir(made.args[0], [call.args[0], weight_pack], made.ty)
+        made = self.kernels[key] = self.builder_.call_te(
+            _winograd_conv_nhwc, call.args[0], weight_pack, padding=padding,
+            primfunc_name_hint="conv2d_winograd")
+        return made
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConvs")

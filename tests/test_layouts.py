@@ -264,6 +264,26 @@ def test_wide_3x3_convolutions_compute_by_winograd_as_onnxruntime_does(wide_3x3_
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
+def test_winograd_convolutions_of_one_shape_share_one_kernel():
+    """Three same-shape 3x3 convolutions with their own weights (a ResNet stage's): one
+    Winograd kernel made once, called three times, each with its weights, as onnxruntime."""
+    nodes = [helper.make_node("Conv", [src, f"w{i}"], [dst], pads=[1, 1, 1, 1])
+             for i, (src, dst) in enumerate([("x", "a"), ("a", "b"), ("b", "y")])]
+    graph = helper.make_graph(
+        nodes, "stage", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 10, 10))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 32, 10, 10))],
+        [init(f"w{i}", 32, 32, 3, 3) for i in range(3)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    spec = targets.host_cpu()
+    kernels = fused_kernels(import_model(model).build_module(), spec)
+    (kernel,) = winograd_kernels(kernels)
+    assert sum(1 for call in calls_of(kernels, "relax.call_tir")
+               if call.args[0].name_hint == kernel) == 3
+    x = RNG.standard_normal((1, 32, 10, 10)).astype(np.float32)
+    for got, want in kernels_and_onnxruntime(model, x, spec):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
+
+
 def test_convolutions_whose_winograd_tiles_spill_the_caches_stay_direct():
     # vgg19's first stage: 224x224, 64 channels, 29 MB of transformed tiles (slower measured).
     graph = helper.make_graph(
