@@ -27,10 +27,10 @@ ODLA_PATHS = {"default": "DEFAULT", "tvm": "INTEL_X86", "tuned": "INTEL_X86",
 
 
 def _odla(job):
-    """What a user's Session.from_onnx does. But on the tuned path (whose cache_dir is the
-    user's) the engine cache is on, in the job's cache_dir: the default and tvm paths'
-    processes compile and keep the engine there (and run from the kept library and weights,
-    as a user's first load does), the cached path's next process reads default's."""
+    """What a user's Session.from_onnx does, the engine cache on in the job's cache_dir (but
+    on the tuned path, whose cache_dir is the user's): the default and tvm paths' processes
+    compile and keep the engine there and run from the kept library and weights, as a user's
+    first load does; the cached path's next process reads the one default kept."""
     import odla_tvm as odla
 
     import relay_bridge

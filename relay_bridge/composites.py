@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from functools import cache
+import operator
 
 import tvm
 from tvm import relax
@@ -77,15 +77,12 @@ def _tanh_forms() -> list[_Gelu]:
                   constants, True, x)]
 
 
-@cache
+@functools.cache
 def _forms() -> tuple[list[_Gelu], relax.dpl.DFPattern]:
     """The forms, and one pattern matching any of them: a rewrite_call pass costs about the
     same whatever its pattern, so the six forms go in one pass."""
     forms = _erf_forms() + _tanh_forms()
-    any_form = forms[0].pattern
-    for form in forms[1:]:
-        any_form = any_form | form.pattern
-    return forms, any_form
+    return forms, functools.reduce(operator.or_, (form.pattern for form in forms))
 
 
 def recognize_gelu(func: relax.Function) -> relax.Function:
@@ -191,9 +188,14 @@ def recognize(mod: tvm.IRModule) -> tvm.IRModule:
         if not isinstance(func, relax.Function):
             continue
         ops = _op_names(func)
-        rewrites = ([recognize_gelu] if ops & {"relax.erf", "relax.tanh"} else []) + \
-                   ([fold_pads] if {"relax.nn.pad", "relax.nn.conv2d"} <= ops else [])
-        if rewrites:
-            mod[gv] = rewritten_without_weights(
-                func, lambda f: functools.reduce(lambda g, rewrite: rewrite(g), rewrites, f))
+        gelu = bool(ops & {"relax.erf", "relax.tanh"})
+        pads = {"relax.nn.pad", "relax.nn.conv2d"} <= ops
+        if gelu or pads:
+            mod[gv] = rewritten_without_weights(func, functools.partial(_recognized, gelu, pads))
     return mod
+
+
+def _recognized(gelu: bool, pads: bool, func: relax.Function) -> relax.Function:
+    if gelu:
+        func = recognize_gelu(func)
+    return fold_pads(func) if pads else func

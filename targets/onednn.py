@@ -20,7 +20,6 @@ Linux (the DEFAULT device uses it there).
 
 from __future__ import annotations
 
-
 import os
 import sys
 from importlib import resources

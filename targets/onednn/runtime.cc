@@ -17,10 +17,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -302,7 +302,8 @@ class Region {
     for (size_t i = 0; i < temporaries_.size(); ++i)
       if (uses[i].first != SIZE_MAX) order.push_back(i);
     auto size = [&](size_t i) { return aligned(temporaries_[i].value.get_desc().get_size()); };
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return size(a) > size(b); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return size(a) > size(b); });
     std::vector<size_t> placed;
     for (size_t i : order) {
       std::vector<std::pair<size_t, size_t>> taken;  // byte ranges of those live at once
