@@ -20,6 +20,7 @@ from tvm.s_tir import dlight as dl
 import relay_bridge
 from toolchain import ToolchainMissing
 
+from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
@@ -45,36 +46,6 @@ def _fcompile(spec: TargetSpec):
             "(or run scripts/setup-cross.sh)"
         )
     return tvm.support.cc.cross_compiler(spec.cross_compiler)
-
-
-# The symbol TVM's loader reads a shared library's packed modules (and the weights) from.
-_LIBRARY_BIN = "__tvm_ffi__library_bin"
-
-
-def _pack_imports(module, is_system_lib: bool, prefix: str, workspace_dir: str) -> str:
-    """export_library's fpack_imports: the packed modules (TVM's serialization, weights and
-    all) written to a file that an assembly source includes. TVM's own packer makes them an
-    LLVM constant, holding the weights three or four times over at once (BERT-base: 1.6 GB
-    more at export)."""
-    if is_system_lib or prefix:
-        raise ValueError("odla-tvm exports shared libraries only, not system libraries")
-    blob = tvm.get_global_func("runtime.ModulePackImportsToTensor")(module)
-    data_path = os.path.join(workspace_dir, "library_bin.bin")
-    with open(data_path, "wb") as f:
-        f.write(np.from_dlpack(blob).data)
-    del blob
-    source = os.path.join(workspace_dir, "library_bin.S")
-    with open(source, "w") as f:
-        f.write(f""".section .rodata
-.globl {_LIBRARY_BIN}
-.type {_LIBRARY_BIN}, %object
-.p2align 4
-{_LIBRARY_BIN}:
-.incbin "{data_path}"
-.size {_LIBRARY_BIN}, . - {_LIBRARY_BIN}
-.section .note.GNU-stack,"",%progbits
-""")
-    return source
 
 
 _ALIGNMENT = 64  # bytes: what TVM's kernels assume of every buffer
@@ -216,6 +187,7 @@ class CompiledModule:
         self._main = None
         self.runtime_library = None  # once the VM is: the library, or its vendor parts linked
         self._vendor_dir = None  # where the vendor library is linked, once the VM needs it
+        self._library_file = None  # once it runs from a library file: that file, open
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
         # Per input slot, used under _lock: (the last array run, the tensor TVM gets for it,
         # the aligned buffer it is copied into or None when TVM shares its memory). An array's
@@ -256,7 +228,7 @@ class CompiledModule:
         if given != mine:
             raise ValueError(f"weights {given} replace weights {mine}: expected the same "
                              "dtypes and shapes")
-        self.library = load_library(path)
+        self._load_library(path)
         self.weights = weights
         release_freed_memory()  # the build's code and weights
 
@@ -340,12 +312,20 @@ class CompiledModule:
 
     def export(self, path: str) -> None:
         """Writes the module as a shared library for its target (what export_library writes),
-        linked with what its vendor plugins need."""
-        # Only with options: with a C module among the imports TVM turns None into [None].
-        options = self._link_options()
-        extra = {"options": options} if options else {}
-        self.library.export_library(path, fcompile=_fcompile(self.spec),
-                                    fpack_imports=_pack_imports, **extra)
+        linked with what its vendor plugins need; a module running from a library file writes
+        a copy of that file (a loaded library cannot be written again)."""
+        if self._library_file is None:
+            codegen.export_library(self.library.mod, path, _fcompile(self.spec),
+                                   self._link_options())
+            return
+        source = self._library_file.fileno()
+        with open(path, "wb") as copy:
+            offset, size = 0, os.fstat(source).st_size
+            while offset < size:
+                chunk = os.pread(source, min(size - offset, 1 << 24), offset)
+                if not chunk:
+                    raise OSError(f"{self._library_file.name} was truncated while copied")
+                offset += copy.write(chunk)
 
     def _link_options(self) -> list[str]:
         return [o for name in self.spec.plugins
@@ -361,7 +341,14 @@ class CompiledModule:
     @classmethod
     def load(cls, path: str, spec: TargetSpec, device_index: int = 0,
              weights: list[np.ndarray] | None = None) -> "CompiledModule":
-        return cls(load_library(path), spec, device_index, weights=weights)
+        module = cls(None, spec, device_index, weights=weights)
+        module._load_library(path)
+        return module
+
+    def _load_library(self, path: str) -> None:
+        # Opened first: export copies the file loaded, even once another is renamed to its path.
+        self._library_file = open(path, "rb")  # noqa: SIM115 (held as long as the module)
+        self.library = load_library(path)
 
     @classmethod
     def from_bytes(cls, data: bytes, spec: TargetSpec, device_index: int = 0,
@@ -827,7 +814,7 @@ def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
         if scheduled is not None:
             regions = vendor_plugins.offloaded_regions(scheduled)
             scheduled, weights = lift_weights(scheduled)
-            library = tvm.compile(scheduled, target=target, relax_pipeline=_lowering(spec))
+            library = codegen.build(_lowering(spec)(scheduled), target)
             return library, regions, weights
         mod = _partitioned(mod, spec, plugin_items)
         regions = vendor_plugins.offloaded_regions(mod)

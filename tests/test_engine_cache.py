@@ -315,6 +315,21 @@ def test_a_session_runs_on_after_its_engine_is_cleared_from_the_cache(tmp_path, 
 
 
 @pytest.mark.parametrize("device_name", ["INTEL_X86", "DEFAULT"])
+def test_a_session_running_from_its_kept_engine_exports_a_bundle(tmp_path, device_name):
+    """A first and a second load run from the entry's library, which a loaded library cannot
+    write again: their bundles copy the file they loaded, the entry cleared meanwhile."""
+    path, reference = _mlp(tmp_path / "m.onnx", hidden=64)
+    device = odla.allocate_device(device_name=odla.DeviceName[device_name])
+    sessions = [_load(path, tmp_path / "cache", device=device) for _ in range(2)]
+    engine_cache.clear(tmp_path / "cache")
+    for n, session in enumerate(sessions):
+        bundle = odla.export(session.executable, None, tmp_path / f"bundle{n}")
+        (out,) = odla.Session(bundle).run({"x": X})
+        np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-5)
+        assert out.dtype == np.float32 and out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("device_name", ["INTEL_X86", "DEFAULT"])
 def test_a_first_load_hands_back_the_memory_its_compile_freed(tmp_path, device_name):
     """48 MB of weights (48 layers of 512x512): after a fresh process's first load, which
     runs from the weights kept in the cache, its anonymous memory has grown by much less than

@@ -94,8 +94,37 @@ def test_cnn_compiles_for_aarch64_on_this_machine(cnn):
 def test_generic_avx2_code_runs_here_and_matches_the_host(cnn):
     mod, images, expected = cnn
     module = compile_module(mod, targets.get_target("x86-64-avx2"))
-    assert "vfmadd" in module.library.mod.imports[0].inspect_source("asm")  # FMA in use
+    kernels = module.library.mod.imports[0]  # the first kernel's code, importing the others'
+    code = [m.inspect_source("asm") for m in (kernels, *kernels.imports) if m.kind == "llvm"]
+    assert len(code) > 1 and any("vfmadd" in asm for asm in code)  # FMA in use
     np.testing.assert_allclose(module.run([images])[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_each_host_kernel_is_built_apart_and_the_library_runs_them_all(tmp_path):
+    """targets.codegen builds each kernel of a CPU module as a library of its own (in a pool
+    of threads), the first importing the others: in memory and once exported and loaded,
+    the module runs every kernel and matches NumPy."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (4, 16)), "x")
+    hidden = odla.tanh(odla.gemm(x, False, odla.create_constant(VT(E.FLOAT32, (16, 8)), w),
+                                 False, 1.0, 0.0))
+    odla.set_value_as_output(odla.softmax(odla.sigmoid(hidden), -1, "y"))
+    module = odla.compile_computation(
+        comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86)).module
+    first = module.library.mod.imports[0]
+    libraries = [m for m in (first, *first.imports) if m.kind == "llvm"]
+    assert len(libraries) == len(module.kernel_bindings) > 1
+    data = rng.standard_normal((4, 16)).astype(np.float32)
+    logits = 1 / (1 + np.exp(-np.tanh(data @ w)))
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    module.export(str(tmp_path / "m.so"))
+    loaded = targets.CompiledModule.load(str(tmp_path / "m.so"), module.spec,
+                                         weights=module.weights)
+    for out in (module.run([data])[0], loaded.run([data])[0]):
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+        assert out.dtype == np.float32 and out.shape == (4, 8)
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine: the CUDA module is "

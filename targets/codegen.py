@@ -1,0 +1,123 @@
+"""A lowered module's machine code, made and written on every core.
+
+TVM's relax.build builds all of a module's kernels as one LLVM module, and export_library
+writes its modules' objects one after another: both on one thread, while the work is kernel
+by kernel (pure-TVM ResNet-50 on two cores: 2.2 s of TIR passes and LLVM code, 1.0 s of
+object code, its four Winograd kernels 0.3 s each). Here each kernel is built apart, in a
+pool of threads (TVM lets the GIL go in its calls), beside the VM's own code generation, and
+the objects are written in a pool too; the libraries are the same kernels, linked into one
+shared library as TVM's are.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm_ffi import libinfo as tvm_ffi_libinfo
+
+from .registry import cpu_count
+
+_vm_codegen = tvm.get_global_func("relax.VMCodeGen")
+_vm_link = tvm.get_global_func("relax.VMLink")
+_pack_to_tensor = tvm.get_global_func("runtime.ModulePackImportsToTensor")
+
+# The symbol TVM's loader reads a shared library's packed modules (and the weights) from.
+_LIBRARY_BIN = "__tvm_ffi__library_bin"
+_SOURCE_FORMATS = ("c", "cc", "cpp", "cu")
+
+
+def _kernel_library(gv: tvm.ir.GlobalVar, kernel: tvm.tirx.PrimFunc, attrs,
+                    target: tvm.target.Target, context: tvm.transform.PassContext):
+    # A thread starts outside every pass context: the caller's options, not its instruments
+    # (they watch the graph passes, and would be called from every thread for every TIR pass).
+    with tvm.transform.PassContext(opt_level=context.opt_level, config=dict(context.config),
+                                   required_pass=list(context.required_pass),
+                                   disabled_pass=list(context.disabled_pass)), target:
+        return tvm.tirx.build(tvm.IRModule({gv: kernel}, attrs=attrs), target=target)
+
+
+def build(mod: tvm.IRModule, target: tvm.target.Target) -> relax.VMExecutable:
+    """What ``tvm.compile(mod, target, relax_pipeline=None)`` makes of a module already lowered
+    for the VM (relax.build's code generation and linking), each kernel built apart, on every
+    core; the first kernel's library imports the others', where the VM finds them by name.
+    A device target's kernels are built together, as TVM does: their compiler (NVRTC, nvcc)
+    is called once per library."""
+    if target.kind.name != "llvm":
+        return tvm.compile(mod, target=target, relax_pipeline=None)
+    context = tvm.transform.PassContext.current()
+    kernels = [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    with ThreadPoolExecutor(cpu_count()) as pool:
+        futures = [pool.submit(_kernel_library, gv, f, mod.attrs, target, context)
+                   for gv, f in kernels]
+        builder = relax.ExecBuilder()
+        _vm_codegen(builder, mod)
+        libraries = [future.result() for future in futures]
+    for library in libraries[1:]:
+        libraries[0].import_module(library)
+    # As relax.build links: the vendor plugins' modules beside (a CPU target has no device
+    # modules), and no kernels at all makes VMLink an empty C module.
+    attrs = mod.attrs or {}
+    return relax.VMExecutable(_vm_link(
+        builder, target, libraries[0] if libraries else None,
+        list(attrs.get("external_mods", [])), dict(attrs.get("const_name_to_constant", {}))))
+
+
+def _pack_imports(module: tvm.runtime.Module, workspace_dir: str) -> str:
+    """export_library's fpack_imports: the packed modules (TVM's serialization, weights and
+    all) written to a file that an assembly source includes. TVM's own packer makes them an
+    LLVM constant, holding the weights three or four times over at once (BERT-base: 1.6 GB
+    more at export)."""
+    blob = _pack_to_tensor(module)
+    data_path = os.path.join(workspace_dir, "library_bin.bin")
+    with open(data_path, "wb") as f:
+        f.write(np.from_dlpack(blob).data)
+    del blob
+    source = os.path.join(workspace_dir, "library_bin.S")
+    with open(source, "w") as f:
+        f.write(f""".section .rodata
+.globl {_LIBRARY_BIN}
+.type {_LIBRARY_BIN}, %object
+.p2align 4
+{_LIBRARY_BIN}:
+.incbin "{data_path}"
+.size {_LIBRARY_BIN}, . - {_LIBRARY_BIN}
+.section .note.GNU-stack,"",%progbits
+""")
+    return source
+
+
+def _object_file(module: tvm.runtime.Module, index: int, workspace_dir: str) -> str:
+    """Writes ``module``'s object (its LLVM code generated now), or its source for a C
+    module, into ``workspace_dir``; the file's path."""
+    fmt = next(f for f in module.get_write_formats() if f in _SOURCE_FORMATS) \
+        if module.kind == "c" else "o"
+    path = os.path.join(workspace_dir, f"lib{index}.{fmt}")
+    module.write_to_file(path)
+    return path
+
+
+def export_library(library: tvm.runtime.Module, path: str, fcompile=None,
+                   options: list[str] | None = None) -> None:
+    """``library.export_library(path, fcompile=..., options=...)`` for a shared library (not a
+    system library), its modules' objects written on every core and its packed modules as
+    _pack_imports writes them."""
+    modules = library._collect_dso_modules()
+    if any(m.kind == "llvm" and m.get_function("__tvm_is_system_module")() for m in modules):
+        raise ValueError("odla-tvm exports shared libraries only, not system libraries")
+    options = list(options or [])
+    if any(m.kind == "c" for m in modules):  # compiled with TVM's headers, as export_library
+        options += ["-I" + p for p in (tvm.libinfo.find_include_path(),
+                                       tvm_ffi_libinfo.find_include_path(),
+                                       tvm_ffi_libinfo.find_dlpack_include_path())]
+    with tempfile.TemporaryDirectory() as workspace:
+        with ThreadPoolExecutor(cpu_count()) as pool:
+            files = list(pool.map(_object_file, modules, range(len(modules)),
+                                  [workspace] * len(modules)))
+        files.append(_pack_imports(library, workspace))
+        link = fcompile or tvm.support.cc.create_shared
+        link(path, files, **({"options": options} if options else {}))
