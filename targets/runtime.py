@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import logging
 import os
@@ -562,6 +563,85 @@ class _ReplaceCalls(relax.expr_functor.PyExprMutator):
 _FOLD_TARGET = tvm.target.Target({"kind": "llvm", "opt-level": 0})
 
 
+@functools.lru_cache(maxsize=None)
+def _numpy_views(dtype: str) -> bool:
+    """Whether NumPy views TVM tensors of ``dtype`` (not bfloat16, say)."""
+    try:
+        np.from_dlpack(tvm.runtime.empty((1,), dtype))
+        return True
+    except (RuntimeError, TypeError, BufferError):
+        return False
+
+
+def _axis_parts(indices, axes) -> list[tuple[int, str, int]] | None:
+    """Per index, (its axis, "whole", 1), (axis, "outer", c) for axis // c or (axis,
+    "inner", c) for axis % c; None where an index is anything else."""
+    parts = []
+    for index in indices:
+        kind = {tvm.tirx.FloorDiv: "outer", tvm.tirx.FloorMod: "inner"}.get(type(index))
+        var, factor = (index.a, index.b) if kind else (index, tvm.tirx.IntImm("int64", 1))
+        axis = next((n for n, v in enumerate(axes) if var.same_as(v)), None)
+        if axis is None or not isinstance(factor, tvm.tirx.IntImm):
+            return None
+        parts.append((axis, kind or "whole", int(factor)))
+    return parts
+
+
+def _numpy_layout(kernel: tvm.tirx.PrimFunc):
+    """For a kernel that only lays its one operand out again, as a schedule's prepacked
+    weight (out[.., v // c, .., v % c] = in[v0, v1, ..] over all of in: each axis kept
+    whole, or split into an outer and an inner part), a function (in, out) doing it with
+    NumPy, a reshape and a transpose; else None. Built and run by LLVM unoptimized instead,
+    pure-TVM ResNet-50's 23 took 0.3 s to build and 0.4 s to run."""
+    realizes, loops = [], {}
+    tvm_ffi.structural_walk(kernel.body, [
+        (tvm.s_tir.SBlockRealize, realizes.append),
+        (tvm.tirx.For, lambda loop: loops.update({loop.loop_var: loop}))], order="post")
+    if len(kernel.params) != 2 or len(realizes) != 2:  # one block, in the root block
+        return None
+    realize, (source, out) = realizes[0], kernel.params
+    block, store = realize.block, realize.block.body
+    if not (isinstance(store, tvm.tirx.BufferStore) and store.buffer.same_as(out)
+            and isinstance(store.value, tvm.ir.expr.TensorLoad) and store.value.source.same_as(source)
+            and source.dtype == out.dtype and _numpy_views(str(out.dtype))
+            and isinstance(realize.predicate, tvm.tirx.IntImm) and int(realize.predicate) == 1):
+        return None
+    # Every element of the source once: the block's axes bound to whole loops over its shape.
+    axes = [iv.var for iv in block.iter_vars]
+    bound = [loops.get(value) for value in realize.iter_values]
+    if not (len(axes) == len(source.shape) == len({id(b) for b in bound if b is not None})
+            and all(isinstance(i, tvm.tirx.Var) and i.same_as(v)
+                    for i, v in zip(store.value.indices, axes))
+            and all(loop is not None and isinstance(loop.min, tvm.tirx.IntImm) and int(loop.min) == 0
+                    and isinstance(loop.extent, tvm.tirx.IntImm)
+                    and isinstance(extent, tvm.tirx.IntImm) and int(loop.extent) == int(extent)
+                    for loop, extent in zip(bound, source.shape))):
+        return None
+    parts = _axis_parts(store.indices, axes)
+    if parts is None:
+        return None
+    split, positions = [], {}  # the source's shape, a split axis as two; (axis, kind) -> place
+    for axis, extent in enumerate(int(e) for e in source.shape):
+        mine = sorted((kind, factor) for a, kind, factor in parts if a == axis)
+        if [kind for kind, _ in mine] == ["whole"]:
+            positions[(axis, "whole")] = len(split)
+            split.append(extent)
+        elif ([kind for kind, _ in mine] == ["inner", "outer"] and mine[0][1] == mine[1][1]
+              and extent % mine[0][1] == 0):
+            positions[(axis, "outer")], positions[(axis, "inner")] = len(split), len(split) + 1
+            split += [extent // mine[0][1], mine[0][1]]
+        else:
+            return None
+    order = [positions[(axis, kind)] for axis, kind, _ in parts]
+    if [split[p] for p in order] != [int(d) for d in out.shape]:
+        return None
+
+    def lay_out(source, out):
+        np.copyto(np.from_dlpack(out), np.from_dlpack(source).reshape(split).transpose(order))
+
+    return lay_out
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldConstant")
 def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     """relax.transform.FoldConstant, with the kernels that compute constants from constants
@@ -577,21 +657,25 @@ def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         if not calls:
             break
         folded.update(call.args[0] for call, _kernel, _values in calls)
-        names: dict = {}
-        kernels = {}
-        for _call, kernel, _values in calls:
-            key = tvm_ffi.structural_hash(kernel)
-            if key not in names:
-                names[key] = f"fold_constant_{len(names)}"
-                kernels[names[key]] = kernel.with_attr("global_symbol", names[key])
-        library = tvm.compile(tvm.IRModule(kernels), target=_FOLD_TARGET)
-        functions = {name: library[name] for name in kernels}
+        keys = [tvm_ffi.structural_hash(kernel) for _call, kernel, _values in calls]
+        functions: dict = {}  # kernel's hash -> what computes it: NumPy, or its LLVM build
+        kernels = {}  # name -> (hash, kernel) of those LLVM builds
+        for key, (_call, kernel, _values) in zip(keys, calls):
+            if key not in functions:
+                functions[key] = _numpy_layout(kernel)
+                if functions[key] is None:
+                    name = f"fold_constant_{len(kernels)}"
+                    kernels[name] = key, kernel.with_attr("global_symbol", name)
+        if kernels:
+            library = tvm.compile(tvm.IRModule({n: k for n, (_, k) in kernels.items()}),
+                                  target=_FOLD_TARGET)
+            functions.update({key: library[name] for name, (key, _) in kernels.items()})
         results = []
-        for call, kernel, operands in calls:
+        for key, (call, _kernel, operands) in zip(keys, calls):
             ty = call.ty
             out = tvm.runtime.empty([int(d) for d in ty.shape.values], ty.dtype, tvm.cpu())
             values = [results[o] if isinstance(o, int) else o for o in operands]
-            functions[names[tvm_ffi.structural_hash(kernel)]](*values, out)
+            functions[key](*values, out)
             results.append(out)
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
         mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))

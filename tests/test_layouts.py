@@ -10,12 +10,13 @@ import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
+from tvm.script import tirx as T
 
 import targets
 from odla_tvm.frontends.onnx import import_model
 from targets.conv_rewrites import conv_rewrites
 from targets.layouts import CPU_LAYOUTS, layout_passes
-from targets.runtime import _lowering, fused_kernels
+from targets.runtime import _lowering, _numpy_layout, fused_kernels
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(5)
@@ -313,3 +314,58 @@ def test_a_constant_transposed_at_compile_time_keeps_its_dtype_and_values(caplog
     assert y.dtype == np.int64
     np.testing.assert_array_equal(y, big.T + 1)
     assert "default CPU schedules failed" not in caplog.text
+
+
+# What SplitLayoutRewritePreproc leaves of a prepacked weight, and kernels that are not that.
+@T.prim_func(s_tir=True)
+def _prepack(a: T.Buffer((64, 3, 16), "float32"), b: T.Buffer((3, 2, 16, 32), "float32")):
+    for i0, i1, i2 in T.grid(64, 3, 16):
+        with T.sblock("b"):
+            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
+
+
+@T.prim_func(s_tir=True)
+def _scaled(a: T.Buffer((64, 3, 16), "float32"), b: T.Buffer((3, 2, 16, 32), "float32")):
+    for i0, i1, i2 in T.grid(64, 3, 16):
+        with T.sblock("b"):
+            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2] * T.float32(2)
+
+
+@T.prim_func(s_tir=True)
+def _half(a: T.Buffer((64, 3, 16), "float32"), b: T.Buffer((3, 2, 16, 32), "float32")):
+    for i0, i1, i2 in T.grid(32, 3, 16):
+        with T.sblock("b"):
+            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
+
+
+@T.prim_func(s_tir=True)
+def _bfloat16(a: T.Buffer((64, 3, 16), "bfloat16"), b: T.Buffer((3, 2, 16, 32), "bfloat16")):
+    for i0, i1, i2 in T.grid(64, 3, 16):
+        with T.sblock("b"):
+            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
+
+
+def test_a_prepacked_weight_is_laid_out_with_numpy_as_its_kernel_would():
+    """A weight layout made at compile time (a prepacked weight's kernel) is done with NumPy
+    where the kernel only moves each element: its values are the kernel's, element by
+    element; a kernel that computes, covers part of its operand or has a dtype NumPy lacks
+    is left to LLVM."""
+    a = RNG.standard_normal((64, 3, 16)).astype(np.float32)
+    expected = np.empty((3, 2, 16, 32), np.float32)
+    v0, v1, v2 = np.indices(a.shape)
+    expected[v1, v0 // 32, v2, v0 % 32] = a
+    built = tvm.compile(tvm.IRModule({"main": _prepack}), target="llvm")
+    by_llvm = tvm.runtime.empty(expected.shape, "float32")
+    built["main"](tvm.runtime.tensor(a), by_llvm)
+    lay_out = _numpy_layout(_prepack)
+    out = tvm.runtime.empty(expected.shape, "float32")
+    lay_out(tvm.runtime.tensor(a), out)
+    np.testing.assert_array_equal(out.numpy(), expected)
+    np.testing.assert_array_equal(by_llvm.numpy(), expected)
+    assert out.numpy().dtype == np.float32
+    for kernel in (_scaled, _half, _bfloat16):
+        assert _numpy_layout(kernel) is None
