@@ -25,7 +25,7 @@ from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
-from .layouts import layout_passes, rewrite_functions
+from .layouts import fold_constant_layouts, layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
 from .weights import lift_weights
 
@@ -702,68 +702,11 @@ def _called_kernels(mod: tvm.IRModule) -> set:
     return mentioned
 
 
-def _transpose(array: np.ndarray, call: relax.Call) -> np.ndarray:
-    axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-    return np.transpose(array, axes)
-
-
-# What the layout and convolution rewrites leave on constants (a transpose per weight;
-# Winograd's reshapes of the taps and their product with kron(G, G)), done here with NumPy:
-# the same values, without an LLVM kernel each for _fold_constants to build and run unoptimized
-# (resnet50: 145 of its 158 kernels, and 26 of the 79 left before the products folded here).
-# Each fold writes the call's value, from the data of its tensor operands, into ``out`` (a view
-# of the folded constant's memory). A reshape is a view of its operand's tensor instead (copying
-# resnet50's 156 MB of reshaped taps took 0.5 s: fresh memory is slow to fill on these VMs).
-_NUMPY_FOLDS = {
-    "relax.permute_dims": lambda arrays, call, out: np.copyto(out, _transpose(arrays[0], call)),
-    "relax.matmul": lambda arrays, _call, out: np.matmul(*arrays, out=out),
-}
-
-
-@relax.expr_functor.mutator
-class _NumpyFolder(relax.expr_functor.PyExprMutator):
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = self.visit_expr_post_order(call)
-        name = getattr(call.op, "name", None)
-        ty = call.ty
-        if name not in (*_NUMPY_FOLDS, "relax.reshape") or not (
-                isinstance(ty, relax.TensorType) and ty.shape is not None
-                and all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape.values)):
-            return call
-        shape = [int(d) for d in ty.shape.values]
-        if name == "relax.reshape":
-            operand = self._bound(call.args[0])
-            return relax.const(operand.value._create_view(shape)) \
-                if isinstance(operand, tvm.ir.expr.Constant) else call
-        arrays = [self._constant(a) for a in call.args if isinstance(a.ty, relax.TensorType)]
-        if any(a is None or str(a.dtype) != str(ty.dtype) for a in arrays):
-            return call
-        return relay_bridge.computed_constant(shape, str(ty.dtype),
-                                              lambda out: _NUMPY_FOLDS[name](arrays, call, out))
-
-    def _bound(self, expr: relax.Expr) -> relax.Expr:
-        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
-
-    def _constant(self, expr):
-        """The constant's data: a view of its tensor (a copy of vgg19's 411 MB weight took
-        memory the size of it again), or a copy for a dtype NumPy views lack (bfloat16)."""
-        expr = self._bound(expr)
-        if not isinstance(expr, tvm.ir.expr.Constant):
-            return None
-        view = relay_bridge.constant_view(expr)
-        return view if view is not None else expr.value.numpy()
-
-
-@tvm.transform.module_pass(opt_level=0, name="FoldConstantLayouts")
-def _fold_constant_layouts(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(mod, lambda m, _func: _NumpyFolder(m))
-
-
 def _kernel_passes(spec: TargetSpec) -> list:
     """Ops to fused kernels: the form tuning takes its tasks from and records apply to. Where
     the target prepacks weights, each kernel's constant operands are marked layout-free, so a
     schedule may read them in another layout (MetaSchedule's RewriteLayout)."""
-    return [_fold_constant_layouts, relax.transform.LegalizeOps(),
+    return [fold_constant_layouts, relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             _fold_constants, relax.transform.FuseOps(), relax.transform.FuseTIR(),
             *([_layout_free_constants] if spec.prepack_weights else [])]

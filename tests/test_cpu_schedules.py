@@ -13,6 +13,7 @@ from tvm import relax
 import targets
 from odla_tvm.demo import build_small_cnn
 from targets import cpu_schedules as cs
+from targets.layouts import fold_constant_layouts
 from targets.runtime import _kernels, _scheduled, compile_module
 
 HOST = targets.host_cpu()
@@ -439,13 +440,11 @@ def test_constant_kernels_fold_as_tvm_folds_them():
 def test_a_product_of_constants_folds_with_numpy_before_any_kernel_is_made():
     """Winograd's weight transform (kron(G, G) times the reshaped taps) leaves a matmul of
     constants: it folds in NumPy with its transpose and reshapes, to relax's values."""
-    from targets.runtime import _fold_constant_layouts
-
     g, w = data((36, 9)), data((8, 3, 3, 5))
     taps = w.transpose(1, 2, 0, 3).reshape(9, 40)
     mod = relax_module({"x": ((36, 40), "float32")}, lambda v: relax.op.add(v, relax.op.matmul(
         const(g), relax.op.reshape(relax.op.permute_dims(const(w), (1, 2, 0, 3)), (9, 40)))))
-    folded = _fold_constant_layouts(mod)
+    folded = fold_constant_layouts(mod)
     assert "R.matmul" not in folded["main"].script()
     constants = []
     relax.analysis.post_order_visit(folded["main"].body, lambda e: constants.append(e.value)
