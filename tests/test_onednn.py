@@ -184,6 +184,34 @@ def _constants(mod):
     return found
 
 
+@needs_onednn
+def test_only_patterns_whose_ops_the_graph_calls_are_matched(monkeypatch):
+    """FuseOpsByPattern walks the graph once per pattern: a graph of matmuls is not searched
+    for convolutions, pools or concatenations, and its matmuls still go to oneDNN."""
+    tried = []
+    fuse = relax.transform.FuseOpsByPattern
+
+    def spy(patterns, **kwargs):
+        tried.extend(p.name for p in patterns)
+        return fuse(patterns, **kwargs)
+
+    monkeypatch.setattr(relax.transform, "FuseOpsByPattern", spy)
+    rng = np.random.default_rng(9)
+    a, b = _randn(rng, 4, 32), _randn(rng, 32, 16)
+
+    def build():
+        x = odla.create_argument(VT(E.FLOAT32, a.shape), "a")
+        odla.set_value_as_output(odla.relu(odla.gemm(x, False, _constant(b), False, 1.0, 0.0)))
+
+    exe, (out,) = _run(build, {"a": a}, DeviceName.INTEL_DNNL)
+    np.testing.assert_allclose(out, np.maximum(a @ b, 0), rtol=RTOL, atol=ATOL)
+    assert out.dtype == np.float32 and out.shape == (4, 16)
+    assert _oneDNN_calls(exe) == 1
+    assert any(name.startswith("onednn.matmul") for name in tried)
+    assert not any(name.startswith(("onednn.conv2d", "onednn.max_pool", "onednn.concat"))
+                   for name in tried)
+
+
 # (input NCHW, window, strides, pads front, pads back)
 POOLS = [
     ((1, 8, 12, 12), (2, 2), (2, 2), (0, 0), (0, 0)),

@@ -226,3 +226,23 @@ def test_partitioning_keeps_nothing_of_the_module_it_was_given(toy_plugin):
     del memory, half, tvm_tensor, builder, mod, partitioned, shifted, out, a
     gc.collect()
     assert freed() is None
+
+
+def test_a_pattern_requires_the_ops_every_match_calls():
+    """What partition filters patterns by: a conv2d feeding an add requires both; of two
+    alternatives, only what both call; a constraint on a pattern requires what it does; a
+    wildcard or a call of any op requires nothing."""
+    from tvm.relax.dpl import is_op, wildcard
+
+    conv_add = is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()), wildcard())
+    matmul_add = is_op("relax.add")(is_op("relax.matmul")(wildcard(), wildcard()), wildcard())
+    assert plugins._required_ops(conv_add) == {"relax.add", "relax.nn.conv2d"}
+    assert plugins._required_ops(conv_add | matmul_add) == {"relax.add"}
+    assert plugins._required_ops(conv_add.has_dtype("float32")) == {"relax.add", "relax.nn.conv2d"}
+    assert plugins._required_ops(wildcard()) == frozenset()
+    assert plugins._required_ops(wildcard()(wildcard())) == frozenset()
+    # Parts shared many times over are walked once (an exponential walk took seconds).
+    shared = is_op("relax.nn.relu")(wildcard())
+    for _ in range(40):
+        shared = is_op("relax.add")(shared, shared) | is_op("relax.multiply")(shared, shared)
+    assert plugins._required_ops(shared) == {"relax.nn.relu"}
