@@ -84,10 +84,7 @@ def file_digest(path: str, cache_dir=None) -> str:
     (device, inode, size, modification and change times; the change time moves on every
     write and cannot be set back), so that a second load does not read the model again to
     find its engine (GPT-2: 0.47 s of 2.3). OSError where the file cannot be read."""
-    stat = os.stat(path)
-    identity = (f"{os.path.realpath(path)}:{stat.st_dev}:{stat.st_ino}:{stat.st_size}:"
-                f"{stat.st_mtime_ns}:{stat.st_ctime_ns}")
-    memo = _digests_dir(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:32]
+    memo = _memo(path, cache_dir)
     try:
         remembered = memo.read_text()
         if len(remembered) == 64 and all(c in "0123456789abcdef" for c in remembered):
@@ -104,6 +101,26 @@ def file_digest(path: str, cache_dir=None) -> str:
     except (OSError, OdlaError):
         pass  # a cache that cannot be written: the file is read again next time
     return digest.hexdigest()
+
+
+def _memo(path: str, cache_dir=None) -> Path:
+    """Where the digest of the file now at ``path`` is remembered (OSError where it is not
+    a file that can be read)."""
+    stat = os.stat(path)
+    identity = (f"{os.path.realpath(path)}:{stat.st_dev}:{stat.st_ino}:{stat.st_size}:"
+                f"{stat.st_mtime_ns}:{stat.st_ctime_ns}")
+    return _digests_dir(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+
+def digest_remembered(model, cache_dir=None) -> bool:
+    """Whether ``model`` is a file whose digest the cache remembers (a load of it seen
+    before), so that model_digest will not read it."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return False  # the model itself, not a path
+    try:
+        return _memo(os.fspath(model), cache_dir).is_file()
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def _digests_dir(cache_dir) -> Path:

@@ -5,6 +5,7 @@ Compile (or load) once, then ``run({"input": array})`` many times.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 
 import numpy as np
@@ -64,14 +65,26 @@ class Session:
 
         device = checked_device(device)
         use_cache = engine_cache_module.enabled() if engine_cache is None else bool(engine_cache)
-        digest = engine_cache_module.model_digest(model, input_data, cache_dir) \
-            if use_cache else None
+        digest, computation = None, None
+        if use_cache and engine_cache_module.digest_remembered(model, cache_dir):
+            digest = engine_cache_module.model_digest(model, input_data, cache_dir)
+        elif use_cache:
+            # Not seen before (a miss, but for the same model under another name): the file
+            # is read for its digest while it is imported (BERT-base: 0.4 s beside 0.65 s).
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                digesting = pool.submit(engine_cache_module.model_digest, model, input_data,
+                                        cache_dir)
+                computation = import_model(model, input_data)
+                digest = digesting.result()
         key = None if digest is None else engine_cache_module.engine_key(digest, device, cache_dir)
         if key is not None:
             cached = engine_cache_module.load(key, device, cache_dir)
             if cached is not None:
+                if computation is not None:
+                    destroy_computation(computation)
                 return cls(cached)
-        computation = import_model(model, input_data)
+        if computation is None:
+            computation = import_model(model, input_data)
         try:
             if cache_dir is not None:
                 set_computation_item(computation, ItemType.CACHE_DIR, os.fspath(cache_dir))

@@ -79,6 +79,30 @@ def test_another_model_or_input_data_or_version_is_a_miss(tmp_path, monkeypatch)
     assert len(engine_cache.entries(cache)) == 4
 
 
+def test_a_model_not_seen_before_is_digested_while_imported_and_still_finds_its_engine(
+        tmp_path, monkeypatch):
+    """A copy of a kept model under a new name: its digest is not remembered, so the file is
+    read for it beside the import; the engine kept for the original is then found, and
+    nothing is compiled."""
+    path, reference = _mlp(tmp_path / "m.onnx")
+    (first,) = _load(path, tmp_path / "cache").run({"x": X})
+    copy = tmp_path / "copy.onnx"
+    shutil.copyfile(path, copy)
+    assert engine_cache.digest_remembered(path, tmp_path / "cache")
+    assert not engine_cache.digest_remembered(str(copy), tmp_path / "cache")
+    assert not engine_cache.digest_remembered(b"\x00not a path", tmp_path / "cache")
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was compiled again")
+
+    monkeypatch.setattr("odla_tvm.session.compile_computation", refuse)
+    (second,) = _load(str(copy), tmp_path / "cache").run({"x": X})
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_allclose(second, reference(X), rtol=1e-5, atol=1e-6)
+    assert second.dtype == np.float32 and second.shape == (2, 3)
+    assert len(engine_cache.entries(tmp_path / "cache")) == 1
+
+
 def test_a_model_file_is_digested_once_and_again_once_it_changes(tmp_path, monkeypatch):
     import hashlib
     import os
