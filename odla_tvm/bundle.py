@@ -28,7 +28,7 @@ from .executable import (
     Executable,
     _computation,
     _executable,
-    _sha256,
+    file_sha256,
 )
 from .tuning import target_spec
 from .types import ElementType, OdlaError, Status, numpy_dtype
@@ -144,7 +144,7 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
         (root / "weights").mkdir()
         for slot, array in zip(manifest["weights"], exe.module.weights):
             np.save(root / slot["file"], array)
-            digests[slot["file"]] = _sha256(root / slot["file"])
+            digests[slot["file"]] = file_sha256(root / slot["file"])
         library.result()
     lines = [f"library {LIBRARY}"]
     lines += [f"arg {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["args"]]
@@ -163,7 +163,7 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
     (root / "README.txt").write_text(_readme(manifest, spec, with_runner))
     manifest["format"] = BUNDLE_FORMAT
     manifest["files"] = {
-        name: digests.get(name) or _sha256(p)
+        name: digests.get(name) or file_sha256(p)
         for name, p in ((str(p.relative_to(root)), p) for p in sorted(root.rglob("*")))
         if p.is_file()
     }

@@ -363,7 +363,7 @@ def load_bundle(path, device: Device | None = None) -> Executable:
             file = root / name
             if not file.is_file():
                 raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
-            if _sha256(file) != digest:
+            if file_sha256(file) != digest:
                 raise OdlaError(
                     Status.INVALID_PARAM,
                     f"bundle file {name} was altered: its sha256 differs from the manifest's",
@@ -411,7 +411,7 @@ def _weights(manifest: dict, arrays) -> list[np.ndarray]:
     return weights
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     with open(path, "rb") as f:  # in chunks: a model's library may be most of its weights
         return hashlib.file_digest(f, "sha256").hexdigest()
 
