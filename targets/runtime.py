@@ -573,17 +573,21 @@ def _numpy_views(dtype: str) -> bool:
         return False
 
 
+def _int(expr) -> int | None:
+    return int(expr) if isinstance(expr, tvm.tirx.IntImm) else None
+
+
 def _axis_parts(indices, axes) -> list[tuple[int, str, int]] | None:
     """Per index, (its axis, "whole", 1), (axis, "outer", c) for axis // c or (axis,
     "inner", c) for axis % c; None where an index is anything else."""
     parts = []
     for index in indices:
         kind = {tvm.tirx.FloorDiv: "outer", tvm.tirx.FloorMod: "inner"}.get(type(index))
-        var, factor = (index.a, index.b) if kind else (index, tvm.tirx.IntImm("int64", 1))
+        var, factor = (index.a, _int(index.b)) if kind else (index, 1)
         axis = next((n for n, v in enumerate(axes) if var.same_as(v)), None)
-        if axis is None or not isinstance(factor, tvm.tirx.IntImm):
+        if axis is None or factor is None:
             return None
-        parts.append((axis, kind or "whole", int(factor)))
+        parts.append((axis, kind or "whole", factor))
     return parts
 
 
@@ -601,20 +605,19 @@ def _numpy_layout(kernel: tvm.tirx.PrimFunc):
         return None
     realize, (source, out) = realizes[0], kernel.params
     block, store = realize.block, realize.block.body
-    if not (isinstance(store, tvm.tirx.BufferStore) and store.buffer.same_as(out)
-            and isinstance(store.value, tvm.ir.expr.TensorLoad) and store.value.source.same_as(source)
-            and source.dtype == out.dtype and _numpy_views(str(out.dtype))
-            and isinstance(realize.predicate, tvm.tirx.IntImm) and int(realize.predicate) == 1):
+    load = store.value if isinstance(store, tvm.tirx.BufferStore) else None
+    if not (isinstance(load, tvm.ir.expr.TensorLoad) and load.source.same_as(source)
+            and store.buffer.same_as(out) and source.dtype == out.dtype
+            and _numpy_views(str(out.dtype)) and _int(realize.predicate) == 1):
         return None
-    # Every element of the source once: the block's axes bound to whole loops over its shape.
+    # Every element of the source once: its indices are the block's axes, each bound to a
+    # loop of its own over the whole of its dim.
     axes = [iv.var for iv in block.iter_vars]
     bound = [loops.get(value) for value in realize.iter_values]
-    if not (len(axes) == len(source.shape) == len({id(b) for b in bound if b is not None})
-            and all(isinstance(i, tvm.tirx.Var) and i.same_as(v)
-                    for i, v in zip(store.value.indices, axes))
-            and all(loop is not None and isinstance(loop.min, tvm.tirx.IntImm) and int(loop.min) == 0
-                    and isinstance(loop.extent, tvm.tirx.IntImm)
-                    and isinstance(extent, tvm.tirx.IntImm) and int(loop.extent) == int(extent)
+    if not (len(axes) == len(load.indices) == len(source.shape) == len(set(realize.iter_values))
+            and all(i.same_as(v) for i, v in zip(load.indices, axes))
+            and all(loop is not None and _int(loop.min) == 0
+                    and _int(loop.extent) is not None and _int(loop.extent) == _int(extent)
                     for loop, extent in zip(bound, source.shape))):
         return None
     parts = _axis_parts(store.indices, axes)
