@@ -316,37 +316,26 @@ def test_a_constant_transposed_at_compile_time_keeps_its_dtype_and_values(caplog
     assert "default CPU schedules failed" not in caplog.text
 
 
-# What SplitLayoutRewritePreproc leaves of a prepacked weight, and kernels that are not that.
-@T.prim_func(s_tir=True)
-def _prepack(a: T.Buffer((64, 3, 16), "float32"), b: T.Buffer((3, 2, 16, 32), "float32")):
-    for i0, i1, i2 in T.grid(64, 3, 16):
-        with T.sblock("b"):
-            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
-            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
+def _layout_kernel(dtype="float32", rows=64):
+    """What SplitLayoutRewritePreproc leaves of a prepacked weight: b[v1, v0 // 32, v2,
+    v0 % 32] = a[v0, v1, v2] over ``rows`` of a's 64 rows (all, or a kernel that is not
+    that)."""
+
+    @T.prim_func(s_tir=True)
+    def kernel(a: T.Buffer((64, 3, 16), dtype), b: T.Buffer((3, 2, 16, 32), dtype)):
+        for i0, i1, i2 in T.grid(rows, 3, 16):
+            with T.sblock("b"):
+                v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+                b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
+
+    return kernel
 
 
-@T.prim_func(s_tir=True)
-def _scaled(a: T.Buffer((64, 3, 16), "float32"), b: T.Buffer((3, 2, 16, 32), "float32")):
-    for i0, i1, i2 in T.grid(64, 3, 16):
-        with T.sblock("b"):
-            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
-            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2] * T.float32(2)
-
-
-@T.prim_func(s_tir=True)
-def _half(a: T.Buffer((64, 3, 16), "float32"), b: T.Buffer((3, 2, 16, 32), "float32")):
-    for i0, i1, i2 in T.grid(32, 3, 16):
-        with T.sblock("b"):
-            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
-            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
-
-
-@T.prim_func(s_tir=True)
-def _bfloat16(a: T.Buffer((64, 3, 16), "bfloat16"), b: T.Buffer((3, 2, 16, 32), "bfloat16")):
-    for i0, i1, i2 in T.grid(64, 3, 16):
-        with T.sblock("b"):
-            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
-            b[v1, v0 // 32, v2, v0 % 32] = a[v0, v1, v2]
+def _scaled_layout_kernel():
+    """The same layout, its values doubled on the way."""
+    a = tvm.te.placeholder((64, 3, 16), name="a")
+    b = tvm.te.compute((3, 2, 16, 32), lambda i, j, k, m: a[j * 32 + m, i, k] * 2.0, name="b")
+    return tvm.te.create_prim_func([a, b])
 
 
 def test_a_prepacked_weight_is_laid_out_with_numpy_as_its_kernel_would():
@@ -358,14 +347,16 @@ def test_a_prepacked_weight_is_laid_out_with_numpy_as_its_kernel_would():
     expected = np.empty((3, 2, 16, 32), np.float32)
     v0, v1, v2 = np.indices(a.shape)
     expected[v1, v0 // 32, v2, v0 % 32] = a
-    built = tvm.compile(tvm.IRModule({"main": _prepack}), target="llvm")
+    prepack = _layout_kernel()
+    built = tvm.compile(tvm.IRModule({"main": prepack}), target="llvm")
     by_llvm = tvm.runtime.empty(expected.shape, "float32")
     built["main"](tvm.runtime.tensor(a), by_llvm)
-    lay_out = _numpy_layout(_prepack)
+    lay_out = _numpy_layout(prepack)
     out = tvm.runtime.empty(expected.shape, "float32")
     lay_out(tvm.runtime.tensor(a), out)
     np.testing.assert_array_equal(out.numpy(), expected)
     np.testing.assert_array_equal(by_llvm.numpy(), expected)
     assert out.numpy().dtype == np.float32
-    for kernel in (_scaled, _half, _bfloat16):
+    for kernel in (_scaled_layout_kernel(), _layout_kernel(rows=32),
+                   _layout_kernel(dtype="bfloat16")):
         assert _numpy_layout(kernel) is None
