@@ -100,9 +100,9 @@ def test_generic_avx2_code_runs_here_and_matches_the_host(cnn):
     np.testing.assert_allclose(module.run([images])[0], expected, rtol=1e-5, atol=1e-6)
 
 
-def test_each_host_kernel_is_built_apart_and_the_library_runs_them_all(tmp_path):
-    """targets.codegen builds each kernel of a CPU module as a library of its own (in a pool
-    of threads), the first importing the others: in memory and once exported and loaded,
+def test_host_kernels_are_built_in_groups_and_the_library_runs_them_all(tmp_path):
+    """targets.codegen builds a CPU module's kernels in groups (in a pool of threads), the
+    first group's library importing the others': in memory and once exported and loaded,
     the module runs every kernel and matches NumPy."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((16, 8)).astype(np.float32)
@@ -115,7 +115,7 @@ def test_each_host_kernel_is_built_apart_and_the_library_runs_them_all(tmp_path)
         comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86)).module
     first = module.library.mod.imports[0]
     libraries = [m for m in (first, *first.imports) if m.kind == "llvm"]
-    assert len(libraries) == len(module.kernel_bindings) > 1
+    assert 1 < len(libraries) <= len(module.kernel_bindings)
     data = rng.standard_normal((4, 16)).astype(np.float32)
     logits = 1 / (1 + np.exp(-np.tanh(data @ w)))
     expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
