@@ -6,6 +6,7 @@ this package knows nothing of devices, targets or files.
 
 import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
 
+from .composites import op_names
 from .custom_ops import register_custom_op
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
@@ -31,6 +32,7 @@ __all__ = [
     "constant_view",
     "dtype_of",
     "is_check_call",
+    "op_names",
     "register",
     "reduce_precision",
     "register_custom_op",

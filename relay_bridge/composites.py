@@ -135,7 +135,8 @@ def fold_pads(func: relax.Function) -> relax.Function:
     return relax.dpl.rewrite_call(*_conv_of_pad(), func)
 
 
-def _op_names(func: relax.Function) -> set[str]:
+def op_names(func: relax.Function) -> set[str]:
+    """Names of the relax ops ``func`` calls."""
     names = set()
 
     def visit(expr):
@@ -187,7 +188,7 @@ def recognize(mod: tvm.IRModule) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
             continue
-        ops = _op_names(func)
+        ops = op_names(func)
         gelu = bool(ops & {"relax.erf", "relax.tanh"})
         pads = {"relax.nn.pad", "relax.nn.conv2d"} <= ops
         if gelu or pads:

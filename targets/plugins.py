@@ -28,6 +28,7 @@ from tvm import relax
 from tvm.relax import dpl
 from tvm.relax.dpl import DFPattern
 
+import relay_bridge
 import toolchain
 
 from .layouts import fold_constant_layouts
@@ -162,7 +163,8 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
         mod = plugin.prepare(mod, mine)
     # Only patterns that can match here: FuseOpsByPattern walks the whole graph once per
     # pattern, found or not (oneDNN's 96 took 0.78 s on GPT-2, whose graph calls no conv2d).
-    present = _called_ops(mod)
+    present = frozenset().union(*(relay_bridge.op_names(f) for f in mod.functions.values()
+                                  if isinstance(f, relax.Function)))
     patterns = [p for p in plugin.patterns(mine) if _required_ops(p.pattern) <= present]
     # Those that take a constant's transpose as it is come first: folded, a transposed weight
     # is a copy held beside the original until compiling ends (AlexNet's Gemm weights: 231 MB).
@@ -180,20 +182,6 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
         relax.transform.MergeCompositeFunctions(),
         relax.transform.RunCodegen(),
     ])(_host_calls_in_functions(mod))
-
-
-def _called_ops(mod: tvm.IRModule) -> frozenset[str]:
-    """Names of the ops the module's relax functions call."""
-    names = set()
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.add(expr.op.name)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return frozenset(names)
 
 
 def _required_ops(pattern: DFPattern) -> frozenset[str]:
