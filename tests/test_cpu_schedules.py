@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import targets
@@ -164,6 +165,50 @@ def test_matmul_with_a_dynamic_batch():
     for rows in (1, 5, 16):
         x = data((rows, 24))
         np.testing.assert_allclose(module.run([x])[0], x @ w, rtol=1e-4, atol=1e-5)
+
+
+def _guards_of_updates(scheduled) -> list:
+    """The predicates of every multiply-accumulate step of the scheduled kernels (a tile's
+    guard against running past the output)."""
+    found = []
+    for func in scheduled.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlockRealize, lambda r: found.append(
+                r.predicate) if r.block.name_hint.endswith("_update") else None), order="post")
+    return [g for g in found if not (isinstance(g, tvm.tirx.IntImm) and int(g) == 1)]
+
+
+@pytest.mark.parametrize("b,m,k,n", [(12, 197, 64, 197), (2, 5, 8, 33), (3, 13, 7, 17)])
+def test_batch_matmul_of_odd_extents_is_padded_to_whole_tiles(b, m, k, n):
+    """Attention scores over an odd number of tokens (ViT's 197): no vector width divides j
+    and no row tile divides i; both are padded (the Fallback rule took them before), and no
+    step is guarded."""
+    x, y, s = data((b, m, k)), data((b, k, n)), data((n,))
+    mod = relax_module({"x": ((b, m, k), "float32"), "y": ((b, k, n), "float32")},
+                       lambda u, v: relax.op.add(relax.op.multiply(
+                           relax.op.matmul(u, v), relax.const(0.125)), const(s)))
+    assert list(rules_of(mod).values()) == ["Contraction"]
+    assert _guards_of_updates(_scheduled_kernels(mod)) == []
+    check(mod, [x, y], [np.matmul(x, y) * np.float32(0.125) + s], rtol=1e-4)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 64, 1001), (197, 96, 48), (7, 13, 33)])
+def test_odd_constant_weights_are_padded_once_when_compiling(m, k, n):
+    """An odd count of output features (1001 classes) or rows (197 tokens): the weights'
+    padded copy is made when compiling, packed (the kernel takes it, not the weights), and
+    the rows of the input are padded in the kernel."""
+    x, w, bias = data((m, k)), data((k, n)), data((n,))
+    mod = relax_module({"x": ((m, k), "float32")}, lambda v: relax.op.nn.relu(
+        relax.op.add(relax.op.matmul(v, const(w)), const(bias))))
+    scheduled = _scheduled_kernels(mod)
+    (kernel,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert str(kernel.attrs[cs.RULE_ATTR]) == "Contraction"
+    assert _guards_of_updates(scheduled) == []
+    lanes = cs.vector_lanes(HOST.tvm_target(), "float32")
+    columns = -(-n // lanes) * lanes if n % 2 and n > lanes else n
+    (packed,) = [p for p in kernel.params if len(p.shape) == 3]  # [j / tile, k, tile]
+    assert int(np.prod([int(d) for d in packed.shape])) == k * columns
+    check(mod, [x], [np.maximum(x @ w + bias, 0)], rtol=1e-4)
 
 
 @pytest.mark.parametrize("c_in,c_out,size,kernel,stride,pad", [
