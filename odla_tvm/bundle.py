@@ -142,8 +142,9 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
             np.save(root / slot["file"], value.data)
         # The weights main takes after the variables, memory-mapped where the bundle loads.
         (root / "weights").mkdir()
-        for slot, array in zip(manifest["weights"], exe.module.weights):
-            np.save(root / slot["file"], array)
+        for slot, array, path in zip(manifest["weights"], exe.module.weights,
+                                     exe.module.weight_paths):
+            _write_weight(root / slot["file"], array, path)
             digests[slot["file"]] = file_sha256(root / slot["file"])
         library.result()
     lines = [f"library {LIBRARY}"]
@@ -168,6 +169,18 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
         if p.is_file()
     }
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _write_weight(destination: Path, array: np.ndarray, path: Path | None) -> None:
+    """``array`` as a .npy file: a link to ``path``, the file the compile wrote it to, where
+    there is one (on this file system, not yet removed), else written out."""
+    if path is not None:
+        try:
+            os.link(path, destination)
+            return
+        except OSError:
+            pass
+    np.save(destination, array)
 
 
 def _readme(manifest: dict, spec: targets.TargetSpec, with_runner: bool) -> str:

@@ -15,6 +15,7 @@ removed and rebuilt, never run. The cache keeps at most ``limit_bytes``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -22,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +224,24 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
                     root, getattr(err, "message", err))
         return
     evict(limit_bytes(), cache_dir, keep=path)
+
+
+@contextlib.contextmanager
+def weight_files(cache_dir=None):
+    """A targets.WeightFiles in a directory beside the engines (so that ``store`` links its
+    files into the entry it writes), removed after; None where the cache cannot be written.
+    Its files live on, unlinked, as long as the compiled module maps them."""
+    root = cache_root(cache_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        directory = tempfile.mkdtemp(prefix=".odla-weights-", dir=root)
+    except OSError:
+        yield None
+        return
+    try:
+        yield targets.WeightFiles(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -239,14 +239,15 @@ def compile_computation(computation: Computation, device: Device | None = None) 
 
 
 def compile_outputs(comp: Computation, device: Device, args: list[Value],
-                    outputs: list[Value]) -> Executable:
-    """Compiles ``outputs`` of ``comp`` as a function of ``args`` and the variables."""
+                    outputs: list[Value], weight_files=None) -> Executable:
+    """Compiles ``outputs`` of ``comp`` as a function of ``args`` and the variables; the
+    weights the compile lays out go to ``weight_files`` (a targets.WeightFiles) if given."""
     mod = comp.build_module(list(args), list(outputs))
     cache_dir = cache_dir_of(comp)
     try:
         database = targets.find_database(device.target, cache_dir)
         module = targets.compile_module(mod, device.target, device.index, database,
-                                        comp.plugin_items())
+                                        comp.plugin_items(), weight_files)
     except Exception as err:  # noqa: BLE001
         raise OdlaError(
             Status.FAILURE, f"TVM failed to compile the computation for {device.target.name}: {err}"

@@ -6,15 +6,19 @@ Compile (or load) once, then ``run({"input": array})`` many times.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 
 import numpy as np
+
+from targets import release_freed_memory
 
 from . import engine_cache as engine_cache_module
 from .computation import Computation, destroy_computation, set_computation_item
 from .context import argument_data
 from .device import Device, checked_device
-from .executable import Executable, compile_computation, load_executable, store_executable
+from .executable import (Executable, compile_computation, compile_outputs, load_executable,
+                         store_executable)
 from .types import ItemType, OdlaError, Status, ValueType
 
 
@@ -85,16 +89,23 @@ class Session:
                 return cls(cached)
         if computation is None:
             computation = import_model(model, input_data)
-        try:
-            if cache_dir is not None:
-                set_computation_item(computation, ItemType.CACHE_DIR, os.fspath(cache_dir))
-            session = cls(computation, device)
-        finally:
-            destroy_computation(computation)
         # A model whose weights live in other files is keyed on the .onnx file alone: not kept.
-        if key is not None and not has_external_data(model):
-            engine_cache_module.store(key, session.executable, _describe(model), cache_dir)
-        return session
+        keep = key is not None and not has_external_data(model)
+        # The weights the compile lays out go to files beside the engine it keeps, out of
+        # memory, and into the engine as they are (linked, not written again).
+        with engine_cache_module.weight_files(cache_dir) if keep else \
+                contextlib.nullcontext() as weight_files:
+            try:
+                if cache_dir is not None:
+                    set_computation_item(computation, ItemType.CACHE_DIR, os.fspath(cache_dir))
+                executable = compile_outputs(computation, device, computation.args,
+                                             computation.outputs, weight_files)
+            finally:
+                destroy_computation(computation)
+                release_freed_memory()  # the model's weights, where nothing runs from them
+            if keep:
+                engine_cache_module.store(key, executable, _describe(model), cache_dir)
+        return cls(executable)
 
     @property
     def input_types(self) -> dict[str, ValueType]:

@@ -25,9 +25,11 @@ from .plugins import (
 )
 from .rpc import Tracker, TrackerError
 from .runner import RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries
-from .runtime import CompiledModule, ToolchainMissing, allocate, compile_module
+from .runtime import (CompiledModule, ToolchainMissing, allocate, compile_module,
+                      release_freed_memory)
 from .training_runtime import DeviceFunctions
 from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
+from .weights import WeightFiles
 
 __all__ = [
     "RUNTIME_LIBRARIES",
@@ -43,6 +45,7 @@ __all__ = [
     "Tracker",
     "TrackerError",
     "VendorPlugin",
+    "WeightFiles",
     "available_plugins",
     "get_plugin",
     "plugin_target",
@@ -54,6 +57,7 @@ __all__ = [
     "TuningUnavailable",
     "available_targets",
     "compile_module",
+    "release_freed_memory",
     "cpu_count",
     "find_database",
     "get_target",

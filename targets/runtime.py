@@ -27,7 +27,7 @@ from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
 from .layouts import fold_constant_layouts, layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
-from .weights import lift_weights
+from .weights import WeightFiles, lift_weights
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,9 @@ class CompiledModule:
                  weights: list[np.ndarray] | None = None):
         self.library = library
         self.weights = weights or []
+        # Per weight, the .npy file holding it whole where the compile wrote it to one
+        # (see compile_module), else None; none once it runs from a library and its weights.
+        self.weight_paths: list = [None] * len(self.weights)
         self._weight_tensors: list[tvm.runtime.Tensor] = []  # made with the VM, then kept:
         # a vendor region packs a weight once, keyed on its address
         # External functions main calls: vendor plugins' regions and custom ops' C functions.
@@ -231,6 +234,7 @@ class CompiledModule:
                              "dtypes and shapes")
         self._load_library(path)
         self.weights = weights
+        self.weight_paths = [None] * len(weights)
         release_freed_memory()  # the build's code and weights
 
     def _entry(self):
@@ -647,13 +651,19 @@ def _numpy_layout(kernel: tvm.tirx.PrimFunc):
 
 @tvm.transform.module_pass(opt_level=0, name="FoldConstant")
 def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """_fold_kernel_calls, as a pass."""
+    return _fold_kernel_calls(mod)
+
+
+def _fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = None) -> tvm.IRModule:
     """relax.transform.FoldConstant, with the kernels that compute constants from constants
     (weights laid out for the kernels: a transpose per convolution, a layout per prepacked
     kernel) built together in one LLVM module, rather than one each (resnet50: 7 s of 9), a
     chain of them (a reshape, then a product) in one build rather than one per link. Same
     kernels as FoldConstant's, for its "llvm" target at opt-level 0 (_FOLD_TARGET). A kernel
     that only ever computed constants leaves the module: compiled for nothing, the weight
-    layouts of pure-TVM ResNet-50 (23 of its 51 kernels) took 45% of its code generation."""
+    layouts of pure-TVM ResNet-50 (23 of its 51 kernels) took 45% of its code generation.
+    With ``weight_files``, the large results are written to files there as they are made."""
     folded = set()
     for _ in range(16):  # rounds: a folded result may reach a kernel through other relax ops
         calls = _constant_kernel_calls(mod)
@@ -675,10 +685,14 @@ def _fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
             functions.update({key: library[name] for name, (key, _) in kernels.items()})
         results = []
         for key, (call, _kernel, operands) in zip(keys, calls):
-            ty = call.ty
-            out = tvm.runtime.empty([int(d) for d in ty.shape.values], ty.dtype, tvm.cpu())
+            shape, dtype = [int(d) for d in call.ty.shape.values], str(call.ty.dtype)
+            in_file = weight_files.empty(shape, dtype) if weight_files is not None else None
+            out = tvm.runtime.empty(shape, dtype, tvm.cpu()) if in_file is None else \
+                tvm.runtime.from_dlpack(in_file)
             values = [results[o] if isinstance(o, int) else o for o in operands]
             functions[key](*values, out)
+            if in_file is not None:
+                weight_files.written(in_file)
             results.append(out)
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
         mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))
@@ -746,12 +760,13 @@ def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
     return kernels
 
 
-def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
-               plugin_items=None) -> tvm.IRModule | None:
+def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items=None,
+               weight_files: WeightFiles | None = None) -> tvm.IRModule | None:
     """``mod`` as fused kernels scheduled from ``database`` (records tuned for ``spec``), then
     by the target's default rules for every kernel still unscheduled (dlight's on GPUs,
     targets.cpu_schedules' on CPUs); None for a target with neither source when no record
-    applies, so the module keeps TVM's generic build."""
+    applies, so the module keeps TVM's generic build. The weights laid out for the
+    schedules go to ``weight_files`` where given."""
     tuned = database is not None and "database" in spec.schedules and database.tuned_for(mod)
     dlight = "dlight" in spec.schedules
     cpu_rules = "cpu-default" in spec.schedules
@@ -766,7 +781,7 @@ def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database,
     kernels = default_scheduled(kernels, spec)
     if spec.prepack_weights and (tuned or cpu_rules):
         # The weight layouts the schedules read, made once here from the constants.
-        kernels = _fold_constants(_split_layout_rewrites(kernels))
+        kernels = _fold_kernel_calls(_split_layout_rewrites(kernels), weight_files)
         if cpu_rules:
             kernels = default_schedules()(kernels)  # a layout of something else than constants
     return kernels
@@ -809,17 +824,21 @@ def _lowering(spec: TargetSpec) -> tvm.transform.Pass:
 
 
 def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
-                   database=None, plugin_items=None) -> CompiledModule:
+                   database=None, plugin_items=None,
+                   weight_files: WeightFiles | None = None) -> CompiledModule:
     """Compiles ``mod`` for ``spec``; ``database`` (a targets.tuning.TuningDatabase of this
     target: see find_database) schedules the kernels it has records for; ``plugin_items``
-    ("<plugin>.<item>" -> value) go to the target's vendor plugins. Where the default CPU
-    schedules fail on a module no record applies to (a graph pass or the code generator
-    refusing what they make), it compiles as TVM's generic build instead, saying why."""
+    ("<plugin>.<item>" -> value) go to the target's vendor plugins; the weights the compile
+    lays out go to ``weight_files`` where given (the module's ``weight_paths``). Where the
+    default CPU schedules fail on a module no record applies to (a graph pass or the code
+    generator refusing what they make), it compiles as TVM's generic build instead, saying
+    why."""
     target = spec.tvm_target()
     recorder = _KernelRecorder()
     with _compile_lock, target:
         try:
-            library, regions, weights = _compile(mod, spec, database, plugin_items, recorder)
+            library, regions, weights = _compile(mod, spec, database, plugin_items, recorder,
+                                                 weight_files=weight_files)
         except Exception as err:  # noqa: BLE001
             if "cpu-default" not in spec.schedules or recorder.tuned:
                 raise
@@ -829,18 +848,23 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
             library, regions, weights = _compile(mod, spec, None, plugin_items, recorder,
                                                  schedule=False)
     release_freed_memory()  # what the compile's passes held
-    return CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned, regions,
-                          weights)
+    module = CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned,
+                            regions, weights)
+    if weight_files is not None:
+        module.weight_paths = [weight_files.file_of(w) for w in weights]
+    return module
 
 
 def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
-             recorder: _KernelRecorder, schedule: bool = True):
+             recorder: _KernelRecorder, schedule: bool = True,
+             weight_files: WeightFiles | None = None):
     """(library, vendor regions, weights) of one build: scheduled (see _scheduled) unless
     ``schedule`` is False or nothing schedules it, else TVM's generic build (whose constants
     stay in the library: its pipeline folds them yet)."""
     target = spec.tvm_target()
     with tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
-        scheduled = _scheduled(mod, spec, database, plugin_items) if schedule else None
+        scheduled = _scheduled(mod, spec, database, plugin_items, weight_files) \
+            if schedule else None
         if scheduled is not None:
             regions = vendor_plugins.offloaded_regions(scheduled)
             scheduled, weights = lift_weights(scheduled)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import odla_tvm as odla
+import targets
 from odla_tvm import ElementType as E
 from odla_tvm import Status
 from odla_tvm import ValueType as VT
@@ -129,3 +130,51 @@ def test_a_stored_file_of_before_weights_were_kept_apart_still_loads(tmp_path):
         body[:weights["offset"]]
     (y,) = odla.Session(odla.load_executable(old)).run({"x": X[:2, :4]})
     np.testing.assert_allclose(y, X[:2, :4] + B[:4], rtol=1e-6)
+
+
+def _resident_kib(path) -> int:
+    """The kB of the file at ``path`` mapped into this process and resident (smaps' Rss)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                inside = len(fields) >= 6 and fields[5] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+def test_weight_files_hold_large_arrays_out_of_memory_once_written(tmp_path):
+    files = targets.WeightFiles(tmp_path)
+    assert files.empty([16, 16], "float32") is None  # under MIN_BYTES: stays in memory
+    assert files.empty([1024, 1024], "bfloat16") is None  # no NumPy dtype
+    array = files.empty([512, 1024], "float32")
+    assert array.shape == (512, 1024) and array.dtype == np.float32
+    assert array.ctypes.data % 64 == 0  # TVM takes it without a copy
+    path = files.file_of(array)
+    array[...] = np.arange(array.size, dtype=np.float32).reshape(array.shape)
+    assert _resident_kib(path) >= array.nbytes // 1024
+    files.written(array)
+    assert _resident_kib(path) == 0
+    np.testing.assert_array_equal(np.load(path), array)  # what it wrote, read back both ways
+    assert array[511, 1023] == array.size - 1
+    assert files.file_of(array[1:]) is None and files.file_of(np.ones(4)) is None
+
+
+def test_a_compile_writes_the_weights_it_packs_to_weight_files(tmp_path):
+    """INTEL_X86 packs the 512 KiB weight (laid out per tile) when compiling: with weight
+    files of a smaller threshold, it is made in a file, which the module names, and runs."""
+    files = targets.WeightFiles(tmp_path)
+    files.MIN_BYTES = 256 << 10
+    comp = _computation()
+    module = targets.compile_module(comp.build_module(), targets.get_target("x86-64-avx2"),
+                                    weight_files=files)
+    in_files = [(w, p) for w, p in zip(module.weights, module.weight_paths) if p is not None]
+    assert len(in_files) == 1 and in_files[0][0].nbytes == W.nbytes
+    weight, path = in_files[0]
+    np.testing.assert_array_equal(np.load(path), weight)
+    assert sorted(np.load(path).ravel()) == sorted(W.ravel())  # W, laid out again
+    (out,) = module.run([X])
+    np.testing.assert_allclose(out, _reference(X), rtol=1e-5, atol=1e-5)
+    assert out.dtype == np.float32 and out.shape == (3, 512)
