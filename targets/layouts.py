@@ -15,6 +15,8 @@ from tvm import relax
 
 import relay_bridge
 
+from .weights import WeightFiles
+
 # relax op -> layouts of its data and weight operands, as relax.transform.ConvertLayout takes them
 CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}
 
@@ -119,6 +121,10 @@ _NUMPY_FOLDS = {
 
 @relax.expr_functor.mutator
 class _NumpyFolder(relax.expr_functor.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, weight_files: WeightFiles | None):
+        super().__init__(mod)
+        self.weight_files = weight_files
+
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
         name = getattr(call.op, "name", None)
@@ -135,8 +141,15 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         arrays = [self._constant(a) for a in call.args if isinstance(a.ty, relax.TensorType)]
         if any(a is None or str(a.dtype) != str(ty.dtype) for a in arrays):
             return call
-        return relay_bridge.computed_constant(shape, str(ty.dtype),
-                                              lambda out: _NUMPY_FOLDS[name](arrays, call, out))
+        in_file = self.weight_files.empty(shape, str(ty.dtype)) \
+            if self.weight_files is not None else None
+        if in_file is None:
+            return relay_bridge.computed_constant(
+                shape, str(ty.dtype), lambda out: _NUMPY_FOLDS[name](arrays, call, out))
+        _NUMPY_FOLDS[name](arrays, call, in_file)
+        for written in (in_file, *arrays):  # what it wrote, and what it read, leave memory
+            self.weight_files.written(written)
+        return relax.const(tvm.runtime.from_dlpack(in_file))
 
     def _bound(self, expr: relax.Expr) -> relax.Expr:
         return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
@@ -151,6 +164,15 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         return view if view is not None else expr.value.numpy()
 
 
-@tvm.transform.module_pass(opt_level=0, name="FoldConstantLayouts")
-def fold_constant_layouts(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(mod, lambda m, _func: _NumpyFolder(m))
+def constant_layouts_folded(weight_files: WeightFiles | None = None) -> tvm.transform.Pass:
+    """The pass folding what the layout and convolution rewrites leave on constants, with
+    NumPy; its large results written to ``weight_files`` as they are made, where given."""
+
+    @tvm.transform.module_pass(opt_level=0, name="FoldConstantLayouts")
+    def fold(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(mod, lambda m, _func: _NumpyFolder(m, weight_files))
+
+    return fold
+
+
+fold_constant_layouts = constant_layouts_folded()

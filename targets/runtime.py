@@ -25,7 +25,7 @@ from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
-from .layouts import fold_constant_layouts, layout_passes, rewrite_functions
+from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
 from .weights import WeightFiles, lift_weights
 
@@ -691,8 +691,9 @@ def _fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = Non
                 tvm.runtime.from_dlpack(in_file)
             values = [results[o] if isinstance(o, int) else o for o in operands]
             functions[key](*values, out)
-            if in_file is not None:
-                weight_files.written(in_file)
+            if weight_files is not None:  # what it wrote, and what it read, leave memory
+                for written in (out, *values):
+                    weight_files.written(written)
             results.append(out)
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
         mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))
@@ -719,11 +720,12 @@ def _called_kernels(mod: tvm.IRModule) -> set:
     return mentioned
 
 
-def _kernel_passes(spec: TargetSpec) -> list:
+def _kernel_passes(spec: TargetSpec, weight_files: WeightFiles | None = None) -> list:
     """Ops to fused kernels: the form tuning takes its tasks from and records apply to. Where
     the target prepacks weights, each kernel's constant operands are marked layout-free, so a
-    schedule may read them in another layout (MetaSchedule's RewriteLayout)."""
-    return [fold_constant_layouts, relax.transform.LegalizeOps(),
+    schedule may read them in another layout (MetaSchedule's RewriteLayout). The weights
+    folded with NumPy go to ``weight_files`` where given."""
+    return [constant_layouts_folded(weight_files), relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             _fold_constants, relax.transform.FuseOps(), relax.transform.FuseTIR(),
             *([_layout_free_constants] if spec.prepack_weights else [])]
@@ -736,16 +738,17 @@ def _partitioned(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm.
     return mod
 
 
-def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm.IRModule:
+def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
+                  weight_files: WeightFiles | None = None) -> tvm.IRModule:
     """``mod`` with its ops lowered to fused kernels (after the target's vendor plugins took
     theirs), exactly as compile_module does before it applies tuning records (so a tuned
-    workload matches at compile time)."""
+    workload matches at compile time); weights it lays out go to ``weight_files``."""
     target = spec.tvm_target()
     rewrites = conv_rewrites(target) if spec.conv_rewrites else []
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)
-            + _kernel_passes(spec))(_partitioned(mod, spec, plugin_items))
+            + _kernel_passes(spec, weight_files))(_partitioned(mod, spec, plugin_items))
 
 
 def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
@@ -772,7 +775,7 @@ def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items=None,
     cpu_rules = "cpu-default" in spec.schedules
     if not (tuned or dlight or cpu_rules):
         return None
-    kernels = fused_kernels(mod, spec, plugin_items)
+    kernels = fused_kernels(mod, spec, plugin_items, weight_files)
     if tuned:
         with database.records():
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)

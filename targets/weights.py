@@ -119,10 +119,15 @@ class WeightFiles:
         self._files[array.__array_interface__["data"][0]] = path, size, mapped
         return array
 
-    def written(self, array: np.ndarray) -> None:
-        """``array`` (from ``empty``) is complete: its pages leave the process's memory, the
-        file keeps them (a shared mapping loses nothing it wrote)."""
-        self._files[array.__array_interface__["data"][0]][2].madvise(mmap.MADV_DONTNEED)
+    def written(self, array) -> None:
+        """``array`` (a NumPy array or a TVM tensor) is written, or read, for now: where
+        ``empty`` made it, its pages leave the process's memory and its file keeps them (a
+        shared mapping loses nothing it wrote; a read maps them again)."""
+        address = array.data_ptr() if isinstance(array, tvm.runtime.Tensor) else \
+            array.__array_interface__["data"][0]
+        found = self._files.get(address)
+        if found is not None:
+            found[2].madvise(mmap.MADV_DONTNEED)
 
     def file_of(self, array: np.ndarray) -> Path | None:
         """The file holding ``array`` whole (one ``empty`` made, or a view of all of it)."""

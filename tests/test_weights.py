@@ -178,3 +178,30 @@ def test_a_compile_writes_the_weights_it_packs_to_weight_files(tmp_path):
     (out,) = module.run([X])
     np.testing.assert_allclose(out, _reference(X), rtol=1e-5, atol=1e-5)
     assert out.dtype == np.float32 and out.shape == (3, 512)
+
+
+def test_weights_folded_on_the_way_to_their_packing_leave_memory_too(tmp_path):
+    """A dense layer stored N x K: its transpose folds with NumPy into a file, the packing
+    reads it into another; once compiled, neither file's pages are resident, and the module
+    runs as NumPy does."""
+    from tvm import relax
+
+    w = RNG.standard_normal((512, 256)).astype(np.float32)  # N x K, 512 KiB
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 256), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.matmul(x, relax.op.permute_dims(relax.const(w))))
+        bb.emit_func_output(relax.Tuple([y]))
+    files = targets.WeightFiles(tmp_path)
+    files.MIN_BYTES = 256 << 10
+    module = targets.compile_module(bb.get(), targets.get_target("x86-64-avx2"),
+                                    weight_files=files)
+    written = sorted(tmp_path.glob("*.npy"))
+    assert len(written) == 2  # the transpose, then its packing
+    assert [_resident_kib(p) for p in written] == [0, 0]
+    np.testing.assert_array_equal(np.load(written[0]), w.T)
+    assert module.weight_paths == [written[1]]
+    (out,) = module.run([X])
+    np.testing.assert_allclose(out, X @ w.T, rtol=1e-5, atol=1e-4)
+    assert out.dtype == np.float32 and out.shape == (3, 512)
