@@ -24,15 +24,15 @@ from odla_tvm.device import default_plugin_missing
 from odla_tvm.frontends import onnx as onnx_frontend
 
 
-def _mlp(path, seed=0, hidden=8):
+def _mlp(path, seed=0, hidden=8, inputs=4, outputs=3):
     rng = np.random.default_rng(seed)
-    w1 = rng.standard_normal((4, hidden)).astype(np.float32)
-    w2 = rng.standard_normal((hidden, 3)).astype(np.float32)
+    w1 = rng.standard_normal((inputs, hidden)).astype(np.float32)
+    w2 = rng.standard_normal((hidden, outputs)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
          helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, outputs])],
         [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return str(path), lambda x: np.maximum(x @ w1, 0) @ w2
@@ -312,17 +312,8 @@ def test_weights_a_pure_tvm_compile_packs_go_to_files_linked_into_the_entry(tmp_
     """INTEL_X86 packs a 1 MB matmul weight when compiling: written to a file beside the
     cache as it is made, out of memory, and linked into the entry rather than written again
     (the small weight is written as before); nothing is left beside the entries."""
-    rng = np.random.default_rng(3)
-    w1 = rng.standard_normal((256, 1024)).astype(np.float32)  # 1 MiB
-    w2 = rng.standard_normal((1024, 16)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w2"], ["y"])], "packed",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    path = str(tmp_path / "packed.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    path, reference = _mlp(tmp_path / "packed.onnx", hidden=1024, inputs=256, outputs=16)
+    packed_bytes = 256 * 1024 * 4  # w1: 1 MiB
     written, save = [], np.save
     monkeypatch.setattr(np, "save", lambda file, array, *a, **k: (
         written.append(np.asarray(array).nbytes), save(file, array, *a, **k))[1])
@@ -330,13 +321,13 @@ def test_weights_a_pure_tvm_compile_packs_go_to_files_linked_into_the_entry(tmp_
                     device=odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
     (entry,) = engine_cache.entries(tmp_path / "cache")
     weight_files = sorted((entry.path / "weights").iterdir())
-    assert len(weight_files) == 2 and max(f.stat().st_size for f in weight_files) > w1.nbytes
-    assert written and max(written) < w1.nbytes  # the packed weight was not written again
+    assert len(weight_files) == 2 and max(f.stat().st_size for f in weight_files) > packed_bytes
+    assert written and max(written) < packed_bytes  # the packed weight was not written again
     assert [p.name for p in (tmp_path / "cache" / "engines").iterdir()
             if p.name.startswith(".")] == []
-    x = rng.standard_normal((2, 256)).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((2, 256)).astype(np.float32)
     (out,) = session.run({"x": x})
-    np.testing.assert_allclose(out, np.maximum(x @ w1, 0) @ w2, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, reference(x), rtol=1e-4, atol=1e-4)
     assert out.dtype == np.float32 and out.shape == (2, 16)
 
 
