@@ -286,11 +286,23 @@ def test_grouped_convolutions(channels, groups, kernel):
           rtol=1e-4, atol=1e-4)
 
 
-def test_depthwise_convolution():
-    x, w = data((1, 32, 10, 10)), data((32, 1, 3, 3))
+@pytest.mark.parametrize("size,stride,rows", [(10, 1, 5), (14, 2, 7), (13, 1, 1)])
+def test_depthwise_convolution(size, stride, rows):
+    """Each tile accumulates ``rows`` outputs along a row (a divisor of the row's width, at
+    most 8; 13 is prime, so one) over the taps, each vector of weights loaded once for them."""
+    x, w = data((1, 32, size, size)), data((32, 1, 3, 3))
     mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.conv2d(
-        v, const(w), padding=1, groups=32))
-    check(mod, [x], [_conv_nchw(x, w, 1, 1, groups=32)], "SpatialReduction", rtol=1e-4,
+        v, const(w), strides=stride, padding=1, groups=32))
+    scheduled = _scheduled_kernels(mod)
+    unrolled = []
+    for func in scheduled.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc) and \
+                str(func.attrs[cs.RULE_ATTR]) == "SpatialReduction":
+            tvm_ffi.structural_walk(func.body, (tvm.tirx.For, lambda loop: unrolled.append(
+                int(loop.extent)) if loop.kind == tvm.tirx.ForKind.UNROLLED else None),
+                order="post")
+    assert max(unrolled, default=1) == rows
+    check(mod, [x], [_conv_nchw(x, w, stride, 1, groups=32)], "SpatialReduction", rtol=1e-4,
           atol=1e-4)
 
 
