@@ -479,7 +479,10 @@ def _pad_tiles(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
     if padding == [1] * len(info.iters):
         return
     constant = [_layout_free(func, read.source) for read in stmt.reads]
-    sch.pad_einsum(main, padding)
+    try:
+        sch.pad_einsum(main, padding)
+    except Exception:  # pylint: disable=broad-except
+        return  # refused before anything changed: the tiles keep their guarded tail
     for index, read in enumerate(sch.get(main).reads):
         if constant[index] and not read.source.same_as(stmt.reads[index].source):
             copy = next(p for p in sch.get_producers(main)

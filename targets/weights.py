@@ -82,13 +82,15 @@ def lift_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[np.ndarray]]:
 
 
 class WeightFiles:
-    """Weights a compile lays out (a prepacked weight, computed from a constant), each written
-    to a .npy file in ``directory`` as it is made and dropped from the process's memory once
-    written: a shared file mapping, whose pages the page cache keeps and a kernel maps again
-    when it reads them. Pure-TVM BERT-base's 340 MB of packed matmul weights were held beside
-    the originals they were packed from (1053 MB at its peak against onnxruntime's 566).
-    Whoever keeps the compiled module and its weights (the engine cache) links these files
-    rather than writing the weights again (``file_of``)."""
+    """Weights a compile computes from constants (a weight transposed, Winograd's taps, a
+    layout a kernel prepacks), each written to a .npy file in ``directory`` as it is made and
+    dropped from the process's memory once written: a shared file mapping, whose pages the
+    page cache keeps and a kernel maps again when it reads them. Pure-TVM BERT-base's 340 MB
+    of packed matmul weights were held beside the originals they were packed from (1053 MB at
+    its peak against onnxruntime's 566). Whoever keeps the compiled module and its weights
+    (the engine cache) links these files rather than writing the weights again
+    (``file_of``). The mappings live as long as this does, so no other array takes one's
+    address meanwhile."""
 
     MIN_BYTES = 1 << 20  # smaller weights stay in memory: a file each would cost more
 

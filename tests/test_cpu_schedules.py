@@ -192,6 +192,19 @@ def test_batch_matmul_of_odd_extents_is_padded_to_whole_tiles(b, m, k, n):
     check(mod, [x, y], [np.matmul(x, y) * np.float32(0.125) + s], rtol=1e-4)
 
 
+def test_a_matmul_tvm_refuses_to_pad_keeps_its_guarded_tail(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise tvm.error.TVMError("pad_einsum refused")
+
+    monkeypatch.setattr(cs._Schedule, "pad_einsum", refuse)
+    x, y = data((2, 197, 16)), data((2, 16, 64))
+    mod = relax_module({"x": ((2, 197, 16), "float32"), "y": ((2, 16, 64), "float32")},
+                       lambda u, v: relax.op.matmul(u, v))
+    assert list(rules_of(mod).values()) == ["Contraction"]
+    assert _guards_of_updates(_scheduled_kernels(mod)) != []
+    check(mod, [x, y], [np.matmul(x, y)], rtol=1e-4)
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 64, 1001), (197, 96, 48), (7, 13, 33)])
 def test_odd_constant_weights_are_padded_once_when_compiling(m, k, n):
     """An odd count of output features (1001 classes) or rows (197 tokens): the weights'
