@@ -526,8 +526,10 @@ def destroy_computation(computation: Computation) -> None:
     comp.destroyed = True
     comp.executables.clear()
     # Its executables keep their argument and output Values, which point here: let the
-    # lowering and the constants' data go (a model's weights) while they live on.
+    # lowering and the constants' data go (a model's weights) while they live on, and hand
+    # the heap they leave back to the system (glibc keeps it otherwise).
     comp.release_graph()
+    targets.release_freed_memory()
     if getattr(_current, "computation", None) is comp:
         _current.computation = None
 

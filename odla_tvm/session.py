@@ -11,8 +11,6 @@ import os
 
 import numpy as np
 
-from targets import release_freed_memory
-
 from . import engine_cache as engine_cache_module
 from .computation import Computation, destroy_computation, set_computation_item
 from .context import argument_data
@@ -102,7 +100,6 @@ class Session:
                                              computation.outputs, weight_files)
             finally:
                 destroy_computation(computation)
-                release_freed_memory()  # the model's weights, where nothing runs from them
             if keep:
                 engine_cache_module.store(key, executable, _describe(model), cache_dir)
         return cls(executable)

@@ -147,8 +147,8 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
             return relay_bridge.computed_constant(
                 shape, str(ty.dtype), lambda out: _NUMPY_FOLDS[name](arrays, call, out))
         _NUMPY_FOLDS[name](arrays, call, in_file)
-        for written in (in_file, *arrays):  # what it wrote, and what it read, leave memory
-            self.weight_files.written(written)
+        for array in (in_file, *arrays):  # what it wrote, and what it read, leave memory
+            self.weight_files.release(array)
         return relax.const(tvm.runtime.from_dlpack(in_file))
 
     def _bound(self, expr: relax.Expr) -> relax.Expr:

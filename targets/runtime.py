@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 import itertools
 import logging
 import os
@@ -27,7 +26,7 @@ from .conv_rewrites import conv_rewrites
 from .cpu_schedules import default_schedules
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
-from .weights import WeightFiles, lift_weights
+from .weights import WeightFiles, lift_weights, numpy_views
 
 log = logging.getLogger(__name__)
 
@@ -567,16 +566,6 @@ class _ReplaceCalls(relax.expr_functor.PyExprMutator):
 _FOLD_TARGET = tvm.target.Target({"kind": "llvm", "opt-level": 0})
 
 
-@functools.lru_cache(maxsize=None)
-def _numpy_views(dtype: str) -> bool:
-    """Whether NumPy views TVM tensors of ``dtype`` (not bfloat16, say)."""
-    try:
-        np.from_dlpack(tvm.runtime.empty((1,), dtype))
-        return True
-    except (RuntimeError, TypeError, BufferError):
-        return False
-
-
 def _int(expr) -> int | None:
     return int(expr) if isinstance(expr, tvm.tirx.IntImm) else None
 
@@ -612,7 +601,7 @@ def _numpy_layout(kernel: tvm.tirx.PrimFunc):
     load = store.value if isinstance(store, tvm.tirx.BufferStore) else None
     if not (isinstance(load, tvm.ir.expr.TensorLoad) and load.source.same_as(source)
             and store.buffer.same_as(out) and source.dtype == out.dtype
-            and _numpy_views(str(out.dtype)) and _int(realize.predicate) == 1):
+            and numpy_views(str(out.dtype)) and _int(realize.predicate) == 1):
         return None
     # Every element of the source once: its indices are the block's axes, each bound to a
     # loop of its own over the whole of its dim.
@@ -692,8 +681,8 @@ def _fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = Non
             values = [results[o] if isinstance(o, int) else o for o in operands]
             functions[key](*values, out)
             if weight_files is not None:  # what it wrote, and what it read, leave memory
-                for written in (out, *values):
-                    weight_files.written(written)
+                for array in (out, *values):
+                    weight_files.release(array)
             results.append(out)
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
         mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))

@@ -10,6 +10,7 @@ and a bundle keeps them as .npy files that load memory-mapped (see odla_tvm.bund
 
 from __future__ import annotations
 
+import functools
 import mmap
 from pathlib import Path
 
@@ -21,12 +22,20 @@ from tvm import relax
 WEIGHT_MIN_BYTES = 4096
 
 
-def tensor_array(tensor: tvm.runtime.Tensor) -> np.ndarray:
-    """A NumPy view of a CPU tensor's memory (it keeps the tensor alive), else a copy."""
+@functools.lru_cache(maxsize=None)
+def numpy_views(dtype: str) -> bool:
+    """Whether NumPy views TVM tensors of ``dtype`` (not bfloat16, say)."""
     try:
-        return np.from_dlpack(tensor)
+        np.from_dlpack(tvm.runtime.empty((1,), dtype))
+        return True
     except (RuntimeError, TypeError, BufferError):
-        return tensor.numpy()  # a dtype NumPy's DLPack does not know (bfloat16)
+        return False
+
+
+def tensor_array(tensor: tvm.runtime.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory (it keeps the tensor alive), else a copy (a
+    dtype NumPy does not view)."""
+    return np.from_dlpack(tensor) if numpy_views(str(tensor.dtype)) else tensor.numpy()
 
 
 def _nbytes(constant: tvm.ir.expr.Constant) -> int:
@@ -100,13 +109,12 @@ class WeightFiles:
 
     def empty(self, shape: list[int], dtype: str) -> np.ndarray | None:
         """A new array of ``shape`` and ``dtype`` in a file of its own, or None where it is
-        smaller than MIN_BYTES or of a dtype NumPy's DLPack does not carry (bfloat16)."""
-        try:
-            dt = np.dtype(dtype)
-        except TypeError:
+        smaller than MIN_BYTES or of a dtype NumPy does not view (bfloat16)."""
+        if not numpy_views(dtype):
             return None
+        dt = np.dtype(dtype)
         size = int(np.prod(shape)) * dt.itemsize
-        if size < self.MIN_BYTES or dt.kind not in "biuf":
+        if size < self.MIN_BYTES:
             return None
         path = self.directory / f"w{len(self._files)}.npy"
         with open(path, "w+b") as f:
@@ -121,10 +129,10 @@ class WeightFiles:
         self._files[array.__array_interface__["data"][0]] = path, size, mapped
         return array
 
-    def written(self, array) -> None:
-        """``array`` (a NumPy array or a TVM tensor) is written, or read, for now: where
-        ``empty`` made it, its pages leave the process's memory and its file keeps them (a
-        shared mapping loses nothing it wrote; a read maps them again)."""
+    def release(self, array) -> None:
+        """Where ``empty`` made ``array`` (a NumPy array or a TVM tensor), its pages leave the
+        process's memory, its file keeping them: once it is written, or read for now (a
+        shared mapping loses nothing it wrote; a later read maps them again)."""
         address = array.data_ptr() if isinstance(array, tvm.runtime.Tensor) else \
             array.__array_interface__["data"][0]
         found = self._files.get(address)
