@@ -169,8 +169,13 @@ _WINOGRAD_ALPHA = WINOGRAD_TILE + 2  # input tile side
 # vgg19's direct convolutions tuned 120-230 (tiles in MB): 56x56, 64 channels 0.64 ms (direct
 # 1.1; 1.8 MB); 56x56, 256 channels 7.0 ms (16.2; 7.2 MB); 28x28, 512 channels 6.8 ms (16.2;
 # 3.6 MB); 14x14, 512 channels 2.9 ms (4.2); but 112x112, 128 channels 10.4 ms (8.1; 14.5 MB)
-# and 224x224, 64 channels 18.9 ms (17.4; 29 MB).
+# and 224x224, 64 channels 18.9 ms (17.4; 29 MB). Nor where too few tiles share each
+# transformed weight, 4 times the size of the 3x3 one: a product reads them from memory for
+# little arithmetic. Untuned, a 3x3 convolution with ReLU, median ms Winograd / direct: 7x7,
+# 512 channels (4 tiles; ResNet-50's last stage) 0.81 / 0.71, and its 38 MB of taps where
+# direct reads 9.4; 14x14, 256 (16 tiles) 0.49 / 0.68; 14x14, 512 1.63 / 2.56.
 WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_TILES = 16
 WINOGRAD_MAX_TILE_BYTES = 8 << 20
 
 
@@ -238,7 +243,8 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
 
 def _winograd_eligible(call, lookup) -> bool:
     """A float32 3x3 convolution of stride 1, in NHWC with OHWI constant weights, where its
-    transforms cost less than the multiplications they save (see WINOGRAD_MIN_CHANNELS)."""
+    transforms cost less than the multiplications they save (see WINOGRAD_MIN_CHANNELS and
+    WINOGRAD_MIN_TILES)."""
     if not _conv_with_constant_weight(call, lookup) or static_dims(call) is None:
         return False
     attrs = call.attrs
@@ -251,7 +257,7 @@ def _winograd_eligible(call, lookup) -> bool:
             and [int(s) for s in attrs.strides] == [1, 1]
             and [int(d) for d in attrs.dilation] == [1, 1] and dims[1:3] == [3, 3]
             and min(dims[0], dims[3]) >= WINOGRAD_MIN_CHANNELS
-            and tile_bytes <= WINOGRAD_MAX_TILE_BYTES
+            and WINOGRAD_MIN_TILES <= tiles and tile_bytes <= WINOGRAD_MAX_TILE_BYTES
             and str(call.args[0].ty.dtype) == str(call.args[1].ty.dtype) == "float32"
             and str(call.attrs.out_dtype or "float32") == "float32")
 

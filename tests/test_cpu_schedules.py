@@ -319,7 +319,7 @@ def test_depthwise_convolution(size, stride, rows):
           atol=1e-4)
 
 
-@pytest.mark.parametrize("channels,size", [(32, 8), (48, 6), (64, 13)])
+@pytest.mark.parametrize("channels,size", [(32, 16), (48, 14), (64, 13)])
 def test_winograd_convolutions(channels, size):
     """3x3 stride-1 convolutions of 32 channels or more become Winograd kernels (conv_rewrites):
     input transform, batched products and inverse transform, each scheduled by Stages."""

@@ -223,8 +223,9 @@ def test_rewritten_kernels_compute_what_onnxruntime_does(concat_then_conv):
 
 @pytest.fixture(scope="module")
 def wide_3x3_convs():
-    """3x3 convs wide enough for Winograd: one padded, with bias and relu, on a width that is
-    not a multiple of the tile; one unpadded; one strided and one narrow that stay direct."""
+    """3x3 convs wide enough for Winograd (and of 16 tiles or more): one padded, with bias and
+    relu, on sides that are not a multiple of the tile; one padded on two sides; one strided
+    and one narrow that stay direct."""
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c0"], ["r0"]),
@@ -233,9 +234,9 @@ def wide_3x3_convs():
         helper.make_node("Conv", ["c2", "w3"], ["y"], pads=[1, 1, 1, 1]),
     ]
     graph = helper.make_graph(
-        nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 11, 9))],
-        [helper.make_tensor_value_info("c1", TensorProto.FLOAT, (1, 40, 11, 8)),
-         helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 6, 4))],
+        nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 15, 17))],
+        [helper.make_tensor_value_info("c1", TensorProto.FLOAT, (1, 40, 15, 16)),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 8, 8))],
         [init("w0", 48, 32, 3, 3), init("b0", 48), init("w1", 40, 48, 3, 3),
          init("w2", 32, 40, 3, 3), init("w3", 8, 32, 3, 3)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -259,7 +260,7 @@ def test_wide_3x3_convolutions_compute_by_winograd_as_onnxruntime_does(wide_3x3_
     # The two stride-1 convs of 32 channels or more; the strided and the narrow stay direct.
     assert len(calls_of(direct, "relax.nn.conv2d")) == 4
     assert len(winograd_kernels(kernels)) == 2
-    x = RNG.standard_normal((1, 32, 11, 9)).astype(np.float32)
+    x = RNG.standard_normal((1, 32, 15, 17)).astype(np.float32)
     for got, want in kernels_and_onnxruntime(wide_3x3_convs, x, spec):
         # Winograd's float32 error grows with the sums' terms, not with each output's size.
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
@@ -271,8 +272,8 @@ def test_winograd_convolutions_of_one_shape_share_one_kernel():
     nodes = [helper.make_node("Conv", [src, f"w{i}"], [dst], pads=[1, 1, 1, 1])
              for i, (src, dst) in enumerate([("x", "a"), ("a", "b"), ("b", "y")])]
     graph = helper.make_graph(
-        nodes, "stage", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 10, 10))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 32, 10, 10))],
+        nodes, "stage", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 32, 16, 16))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 32, 16, 16))],
         [init(f"w{i}", 32, 32, 3, 3) for i in range(3)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     spec = targets.host_cpu()
@@ -280,21 +281,33 @@ def test_winograd_convolutions_of_one_shape_share_one_kernel():
     (kernel,) = winograd_kernels(kernels)
     assert sum(1 for call in calls_of(kernels, "relax.call_tir")
                if call.args[0].name_hint == kernel) == 3
-    x = RNG.standard_normal((1, 32, 10, 10)).astype(np.float32)
+    x = RNG.standard_normal((1, 32, 16, 16)).astype(np.float32)
     for got, want in kernels_and_onnxruntime(model, x, spec):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
-def test_convolutions_whose_winograd_tiles_spill_the_caches_stay_direct():
-    # vgg19's first stage: 224x224, 64 channels, 29 MB of transformed tiles (slower measured).
+def conv_relu(channels: int, side: int) -> onnx.ModelProto:
+    """A 3x3 convolution with ReLU of NCHW (1, channels, side, side), shape kept (a
+    convolution that is the graph's output stays NCHW, in no layout to rewrite)."""
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "big",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 64, 224, 224))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 64, 224, 224))],
-        [init("w", 64, 64, 3, 3)])
-    rewritten = laid_out_and_rewritten(helper.make_model(graph))
-    assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
-    assert not winograd_kernels(rewritten)
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, channels, side, side))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, channels, side, side))],
+        [init("w", channels, channels, 3, 3)])
+    return helper.make_model(graph)
+
+
+@pytest.mark.parametrize("side,winograd", [
+    (224, False),  # vgg19's first stage, 64 channels: 29 MB of transformed tiles (slower)
+    (7, False),  # ResNet-50's last stage scaled: 4 tiles share each transformed weight, 4
+    # times the 3x3 one (slower measured, and 28 MB more a convolution there)
+    (16, True)])
+def test_convolutions_whose_winograd_tiles_spill_the_caches_or_are_few_stay_direct(side,
+                                                                                   winograd):
+    rewritten = laid_out_and_rewritten(conv_relu(64, side))
+    assert len(calls_of(rewritten, "relax.nn.conv2d")) == (0 if winograd else 1)
+    assert bool(winograd_kernels(rewritten)) == winograd
 
 
 def test_a_constant_transposed_at_compile_time_keeps_its_dtype_and_values(caplog):
