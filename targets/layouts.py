@@ -100,9 +100,11 @@ def layout_passes(layouts: dict) -> list:
             relax.transform.ConvertLayout({op: list(ls) for op, ls in layouts.items()})]
 
 
-def _transpose(array: np.ndarray, call: relax.Call) -> np.ndarray:
-    axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-    return np.transpose(array, axes)
+def _transposed(arrays: list[np.ndarray], call: relax.Call, out: np.ndarray, copy) -> None:
+    """permute_dims, through ``copy`` (WeightFiles.copy or copy_plain)."""
+    axes = list(range(out.ndim))[::-1] if call.attrs.axes is None else \
+        [int(a) for a in call.attrs.axes]
+    copy(out, np.transpose(arrays[0], axes), arrays[0], axes.index(0) if axes else 0)
 
 
 # What the layout and convolution rewrites leave on constants (a transpose per weight;
@@ -111,11 +113,12 @@ def _transpose(array: np.ndarray, call: relax.Call) -> np.ndarray:
 # run (in runtime's fold, resnet50: 145 of its 158 kernels, and 26 of the 79 left before the
 # products folded here; in relax.transform.FoldConstant, one build per kernel).
 # Each fold writes the call's value, from the data of its tensor operands, into ``out`` (a view
-# of the folded constant's memory). A reshape is a view of its operand's tensor instead (copying
+# of the folded constant's memory), a copy through ``copy`` (WeightFiles.copy or copy_plain:
+# out, value, what it reads). A reshape is a view of its operand's tensor instead (copying
 # resnet50's 156 MB of reshaped taps took 0.5 s: fresh memory is slow to fill on these VMs).
 _NUMPY_FOLDS = {
-    "relax.permute_dims": lambda arrays, call, out: np.copyto(out, _transpose(arrays[0], call)),
-    "relax.matmul": lambda arrays, _call, out: np.matmul(*arrays, out=out),
+    "relax.permute_dims": _transposed,
+    "relax.matmul": lambda arrays, _call, out, _copy: np.matmul(*arrays, out=out),
 }
 
 
@@ -145,8 +148,9 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
             if self.weight_files is not None else None
         if in_file is None:
             return relay_bridge.computed_constant(
-                shape, str(ty.dtype), lambda out: _NUMPY_FOLDS[name](arrays, call, out))
-        _NUMPY_FOLDS[name](arrays, call, in_file)
+                shape, str(ty.dtype),
+                lambda out: _NUMPY_FOLDS[name](arrays, call, out, WeightFiles.copy_plain))
+        _NUMPY_FOLDS[name](arrays, call, in_file, self.weight_files.copy)
         for array in (in_file, *arrays):  # what it wrote, and what it read, leave memory
             self.weight_files.release(array)
         return relax.const(tvm.runtime.from_dlpack(in_file))

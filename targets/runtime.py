@@ -584,12 +584,14 @@ def _axis_parts(indices, axes) -> list[tuple[int, str, int]] | None:
     return parts
 
 
-def _numpy_layout(kernel: tvm.tirx.PrimFunc):
+def _numpy_layout(kernel: tvm.tirx.PrimFunc, copy=WeightFiles.copy_plain):
     """For a kernel that only lays its one operand out again, as a schedule's prepacked
     weight (out[.., v // c, .., v % c] = in[v0, v1, ..] over all of in: each axis kept
     whole, or split into an outer and an inner part), a function (in, out) doing it with
-    NumPy, a reshape and a transpose; else None. Built and run by LLVM unoptimized instead,
-    pure-TVM ResNet-50's 23 took 0.3 s to build and 0.4 s to run."""
+    NumPy, a reshape and a transpose, through ``copy`` (out, value, read, the axis of out
+    that is read's leading one: WeightFiles.copy where its results go to files); else
+    None. Built and run by LLVM unoptimized instead, pure-TVM ResNet-50's 23 took 0.3 s to
+    build and 0.4 s to run."""
     realizes, loops = [], {}
     tvm_ffi.structural_walk(kernel.body, [
         (tvm.s_tir.SBlockRealize, realizes.append),
@@ -633,7 +635,8 @@ def _numpy_layout(kernel: tvm.tirx.PrimFunc):
         return None
 
     def lay_out(source, out):
-        np.copyto(np.from_dlpack(out), np.from_dlpack(source).reshape(split).transpose(order))
+        source = np.from_dlpack(source)
+        copy(np.from_dlpack(out), source.reshape(split).transpose(order), source, order.index(0))
 
     return lay_out
 
@@ -664,7 +667,8 @@ def _fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = Non
         kernels = {}  # name -> (hash, kernel) of those LLVM builds
         for key, (_call, kernel, _values) in zip(keys, calls):
             if key not in functions:
-                functions[key] = _numpy_layout(kernel)
+                functions[key] = _numpy_layout(kernel, WeightFiles.copy_plain
+                                               if weight_files is None else weight_files.copy)
                 if functions[key] is None:
                     name = f"fold_constant_{len(kernels)}"
                     kernels[name] = key, kernel.with_attr("global_symbol", name)

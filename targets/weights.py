@@ -102,6 +102,7 @@ class WeightFiles:
     address meanwhile."""
 
     MIN_BYTES = 1 << 20  # smaller weights stay in memory: a file each would cost more
+    SLAB_BYTES = 16 << 20  # what ``copy`` writes before its pages leave memory
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -128,6 +129,34 @@ class WeightFiles:
         array = np.frombuffer(mapped, dt, int(np.prod(shape)), offset).reshape(shape)
         self._files[array.__array_interface__["data"][0]] = path, size, mapped
         return array
+
+    @staticmethod
+    def copy_plain(out: np.ndarray, value: np.ndarray, _read=None, _read_axis: int = 0) -> None:
+        """``copy`` where nothing goes to files."""
+        np.copyto(out, value)
+
+    def copy(self, out: np.ndarray, value: np.ndarray, read: np.ndarray | None = None,
+             read_axis: int = 0) -> None:
+        """np.copyto(out, value), a slab at a time where ``empty`` made ``out``: after each
+        slab, its pages leave memory, and those of ``read`` (the array ``value`` views, where
+        ``empty`` made it too), so neither is ever resident whole. Slabs go along out's
+        leading axis, or where read is a file, along ``read_axis`` (the axis of out that is
+        read's leading one), reading it a contiguous part at a time: a page read maps its
+        neighbours too, and a slab reading a column of a file would map all of it. Light
+        VGG-19's first fully connected weight (411 MB) was held three times over while it was
+        transposed, then packed (its first load peaked at 1.7 GB, onnxruntime's at 0.94)."""
+        if out.__array_interface__["data"][0] not in self._files or out.ndim == 0:
+            self.copy_plain(out, value)
+            return
+        axis = read_axis if read is not None and \
+            read.__array_interface__["data"][0] in self._files else 0
+        rows = max(1, self.SLAB_BYTES * out.shape[axis] // max(out.nbytes, 1))
+        for start in range(0, out.shape[axis], rows):
+            slab = (slice(None),) * axis + (slice(start, start + rows),)
+            np.copyto(out[slab], value[slab])
+            for array in (out, read):
+                if array is not None:
+                    self.release(array)
 
     def release(self, array) -> None:
         """Where ``empty`` made ``array`` (a NumPy array or a TVM tensor), its pages leave the

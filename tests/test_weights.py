@@ -163,6 +163,37 @@ def test_weight_files_hold_large_arrays_out_of_memory_once_written(tmp_path):
     assert files.file_of(array[1:]) is None and files.file_of(np.ones(4)) is None
 
 
+def test_weight_files_copy_a_slab_at_a_time_neither_array_resident_whole(tmp_path):
+    """A 4 MiB weight packed per tile (K x N into N/16 x K x 16, as a dense layer's) from a
+    file into a file, 256 KiB slabs along the axis of out that is the source's leading one:
+    equal to NumPy's copy, and after each slab at most two slabs of either file are resident,
+    none once done. (Slabs along out's leading axis would read a column of the source each,
+    mapping all of it: 4096 KiB resident after every slab.)"""
+    files = targets.WeightFiles(tmp_path)
+    files.SLAB_BYTES = 256 << 10
+    source = files.empty([1024, 1024], "float32")
+    source[...] = RNG.standard_normal(source.shape)
+    files.release(source)
+    out = files.empty([64, 1024, 16], "float32")
+    paths = files.file_of(source), files.file_of(out)
+    resident, release = [], files.release
+
+    def measured_release(array):
+        resident.append([_resident_kib(p) for p in paths])
+        release(array)
+
+    files.release = measured_release
+    value = source.reshape(1024, 64, 16).transpose(1, 0, 2)
+    files.copy(out, value, source, 1)
+    assert len(resident) >= 2 * 16  # 16 slabs or more, each releasing both arrays
+    assert max(max(r) for r in resident) <= 2 * 256, resident
+    assert [_resident_kib(p) for p in paths] == [0, 0]
+    np.testing.assert_array_equal(out, value)
+    plain = np.empty_like(value)  # not one of its arrays: copied whole
+    files.copy(plain, value, source, 1)
+    np.testing.assert_array_equal(plain, value)
+
+
 def test_a_compile_writes_the_weights_it_packs_to_weight_files(tmp_path):
     """INTEL_X86 packs the 512 KiB weight (laid out per tile) when compiling: with weight
     files of a smaller threshold, it is made in a file, which the module names, and runs."""
