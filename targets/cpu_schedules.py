@@ -36,6 +36,7 @@ kernels compute exp, erf, tanh, sigmoid, sinh and cosh by polynomials that vecto
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -53,6 +54,15 @@ _PREPROC = "meta_schedule.layout_rewrite_preproc"  # what SplitLayoutRewritePrep
 # core: starting the thread pool's tasks costs more than it saves.
 _PARALLEL_MIN_WORK = 16384
 _SPATIAL_ROWS = 8  # outputs per tile of a reduction vectorized along its output (see below)
+# A multiply-accumulate whose B (the weights) fits in half a core's L2 cache walks its tiles of
+# j innermost: each tile of rows of A is read once into L1 and its outputs are written as whole
+# rows, where tiles of j outermost went over all of A and the output once per tile of j, a
+# strided stream. B's larger than this stay outermost, read from L1 per tile instead of L2.
+# Pure-TVM on a 2-core Xeon (2 MB of L2 a core), median ms with B's up to 0 / 256 KiB / 512
+# KiB / 1 MiB / 4 MiB inside: ResNet-50 29.8 / 27.6 / 26.9 / 26.8 / 31.5 (its 1x1
+# convolutions of 64 to 256 channels at 56x56 ran at 100 GFLOP/s, onnxruntime's at 340);
+# MobileNetV2 4.3 / - / 3.6 / 3.6; BERT-base, ViT-B/16 and GPT-2 unchanged within noise.
+_B_INSIDE_MAX_BYTES = 512 << 10
 _has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
 
 
@@ -130,6 +140,12 @@ def _divisor(extent: int, limit: int) -> int:
         if extent % factor == 0:
             return factor
     return 1
+
+
+def _static_bytes(buffer: tirx.Buffer) -> int | None:
+    """The buffer's size in bytes, None where a dimension is not static."""
+    dims = [_static(d) for d in buffer.shape]
+    return None if None in dims else math.prod(dims) * tvm.runtime.DataType(buffer.dtype).bits // 8
 
 
 def _out_dtype(sch: s_tir.Schedule, block) -> str:
@@ -522,8 +538,10 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
         i_loops = [i_outer]
     else:
         i_tile, i_loops = None, []
-    outer = ([loops[n] for n in axes.outer_b] + [j_outer] + [loops[n] for n in axes.outer_a]
-             + i_loops)
+    b_bytes = _static_bytes(b_read.source)
+    j_inside = [j_outer] if b_bytes is not None and b_bytes <= _B_INSIDE_MAX_BYTES else []
+    outer = ([loops[n] for n in axes.outer_b] + ([] if j_inside else [j_outer])
+             + [loops[n] for n in axes.outer_a] + i_loops + j_inside)
     reduce = [loops[n] for n in axes.reduce]
     tile = ([i_tile] if i_tile is not None else []) + [j_tile, j_vector]
     sch.reorder(*outer, *reduce, *tile)

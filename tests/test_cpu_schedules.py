@@ -156,6 +156,41 @@ def test_matmul_of_a_transposed_constant_and_a_residual():
     check(mod, [x, r], [x @ w.T + r], "Contraction", rtol=1e-4)
 
 
+def _first_column_of_tiles(scheduled) -> list[int]:
+    """For the multiply-accumulate of the one scheduled kernel: the first column of j its
+    first two parallel tiles compute (the other loops at 0)."""
+    (func,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    realizes, loops = [], []
+    tvm_ffi.structural_walk(func.body, [
+        (tvm.s_tir.SBlockRealize, lambda r: realizes.append(r)
+         if r.block.name_hint.endswith("_update") else None),
+        (tvm.tirx.For, loops.append)], order="pre")
+    (update,) = realizes
+    fused = next(loop for loop in loops if loop.kind == tvm.tirx.ForKind.PARALLEL)
+    j = next(n for n, v in enumerate(update.block.iter_vars)
+             if update.block.writes[0].region[-1].min.same_as(v.var))
+    def column(first):  # the loops at 0, the parallel one at ``first``
+        analyzer = tvm.sym.Analyzer()
+        for loop in loops:
+            analyzer.bind(loop.loop_var, tvm.tirx.const(first if loop.same_as(fused) else 0,
+                                                         "int64"))  # TVM's loops here
+        return int(analyzer.simplify(update.iter_values[j]))
+
+    return [column(0), column(1)]
+
+
+@pytest.mark.parametrize("k,inside", [(64, True), (1024, False)])
+def test_matmul_walks_its_tiles_of_j_innermost_where_its_weights_fit_half_of_l2(k, inside):
+    """64 x k by k x 256 constant weights: 64 KiB of weights fit half of L2, so one tile of
+    rows of x computes every tile of j in turn (the next parallel tile is the next columns);
+    1 MiB does not, so the tiles of one j go over all rows first (the same columns)."""
+    x, w = data((64, k)), data((k, 256)) * 0.1
+    mod = relax_module({"x": ((64, k), "float32")}, lambda v: relax.op.matmul(v, const(w)))
+    first, second = _first_column_of_tiles(_scheduled_kernels(mod))
+    assert first == 0 and (second > 0) == inside, (first, second)
+    check(mod, [x], [x @ w], "Contraction", rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_with_a_dynamic_batch():
     w = data((24, 32))
     n = tvm.tirx.Var("n", "int64")
