@@ -53,6 +53,10 @@ _PREPROC = "meta_schedule.layout_rewrite_preproc"  # what SplitLayoutRewritePrep
 # A loop nest with less work than this (output elements times reduction steps) runs on one
 # core: starting the thread pool's tasks costs more than it saves.
 _PARALLEL_MIN_WORK = 16384
+# A padding computed per tile of its reduction (see _padded_per_tile): at most this many
+# elements a tile, and at most this many times the padded input's elements in all.
+_PAD_WINDOW_MAX = 4096
+_PAD_RECOMPUTE_MAX = 2
 _SPATIAL_ROWS = 8  # outputs per tile of a reduction vectorized along its output (see below)
 # A multiply-accumulate whose B (the weights) fits in half a core's L2 cache walks its tiles of
 # j innermost: each tile of rows of A is read once into L1 and its outputs are written as whole
@@ -142,10 +146,16 @@ def _divisor(extent: int, limit: int) -> int:
     return 1
 
 
-def _static_bytes(buffer: tirx.Buffer) -> int | None:
-    """The buffer's size in bytes, None where a dimension is not static."""
+def _static_elements(buffer: tirx.Buffer) -> int | None:
+    """The buffer's number of elements, None where a dimension is not static."""
     dims = [_static(d) for d in buffer.shape]
-    return None if None in dims else math.prod(dims) * tvm.runtime.DataType(buffer.dtype).bits // 8
+    return None if None in dims else math.prod(dims)
+
+
+def _static_bytes(buffer: tirx.Buffer) -> int | None:
+    elements = _static_elements(buffer)
+    return None if elements is None else \
+        elements * tvm.runtime.DataType(buffer.dtype).bits // 8
 
 
 def _out_dtype(sch: s_tir.Schedule, block) -> str:
@@ -675,6 +685,7 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_
     if any(name not in by_name for name in names):
         return False
     others = [info.name for info in infos if info.name not in names]
+    tiled = []  # the reductions tiled
     for position, name in enumerate(names):
         info = by_name[name]
         tiled = None
@@ -697,8 +708,43 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_
                 others.remove(fused_in)
         init = sch.decompose_reduction(info.block_rv, first_reduce)
         _vectorize_innermost(sch, init, lanes)
+    reductions = [by_name[name].block_rv for name in names]
     for name in others:
-        _schedule_spatial(sch, sch.get_sblock(name), target)
+        block = sch.get_sblock(name)
+        if not _padded_per_tile(sch, block, reductions, target):
+            _schedule_spatial(sch, block, target)
+    return True
+
+
+def _padded_per_tile(sch: s_tir.Schedule, block, reductions: list, target: Target) -> bool:
+    """Computes ``block`` (a padding) inside the parallel loop of the one reduction reading
+    it, a tile's window at a time, vectorized, where that window has at most
+    _PAD_WINDOW_MAX elements: padded whole, MobileNetV2's first convolution's input (224 x
+    224 x 3) and ResNet-50's max pool's (114 x 114 x 64: 3.3 MB) were written and read again
+    at every call. A larger window (a convolution's over hundreds of input channels) would be
+    padded again for each tile of output channels: padded whole."""
+    consumers = sch.get_consumers(block)
+    if _PREPROC in sch.get(block).annotations or len(consumers) != 1 or not any(
+            sch.get(consumers[0]).same_as(sch.get(rv)) for rv in reductions):
+        return False  # a constant's padding is made once, when compiling
+    parallel = next((loop for loop in sch.get_loops(consumers[0])
+                     if sch.get(loop).kind == tirx.ForKind.PARALLEL), None)
+    if parallel is None:
+        return False
+    trial = sch.copy()
+    try:
+        trial.compute_at(block, parallel)
+    except Exception:  # pylint: disable=broad-except  # TVM refused: padded whole
+        return False
+    loops = list(trial.get_loops(block))
+    inside = next(n for n, loop in enumerate(loops) if trial.get(loop).same_as(trial.get(parallel)))
+    window, tiles = _work(trial, loops[inside + 1:]), _extent(trial, parallel)
+    padded = _static_elements(sch.get(block).writes[0].source)
+    if window is None or tiles is None or padded is None or window > _PAD_WINDOW_MAX or \
+            window * tiles > _PAD_RECOMPUTE_MAX * padded:
+        return False
+    sch.compute_at(block, parallel)
+    _vectorize_innermost(sch, block, vector_lanes(target, _out_dtype(sch, block)))
     return True
 
 

@@ -354,6 +354,49 @@ def test_depthwise_convolution(size, stride, rows):
           atol=1e-4)
 
 
+def _paddings_per_tile(scheduled) -> list[bool]:
+    """For each padding block of the scheduled kernels: whether the parallel loop running it
+    runs the reduction reading it too (padded per tile), not one of its own (padded whole)."""
+    pads, per_tile = [], []
+    for func in scheduled.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            def parallel(loop):
+                names = []
+                tvm_ffi.structural_walk(loop.body, (tvm.s_tir.SBlock, lambda b: names.append(
+                    b.name_hint)), order="post")
+                per_tile.extend(n for n in names if n.startswith("pad")
+                                and any(not m.startswith("pad") for m in names))
+            tvm_ffi.structural_walk(func.body, [
+                (tvm.s_tir.SBlock, lambda b: pads.append(b.name_hint)
+                 if b.name_hint.startswith("pad") else None),
+                (tvm.tirx.For, lambda loop: parallel(loop)
+                 if loop.kind == tvm.tirx.ForKind.PARALLEL else None)], order="post")
+    return [name in per_tile for name in pads]
+
+
+@pytest.mark.parametrize("op,per_tile", [
+    ("max_pool", True),  # 3x3 stride 2: each tile pads 1.4 times its share of the input
+    ("depthwise", False),  # 3x3 stride 1: 3 times (three rows for each row of outputs)
+    ("first_conv", True)])  # 3 input channels, stride 2: 1.6 times
+def test_a_padding_is_computed_per_tile_where_tiles_pad_little_twice(op, per_tile):
+    """Padded per tile of the reduction (in its parallel loop, a window of at most 4096
+    elements), or whole before it where the tiles would pad more than twice the input."""
+    x = data((1, 3 if op == "first_conv" else 32, 32, 32))
+    w = data((32, 1, 3, 3)) if op == "depthwise" else data((32, 3, 3, 3))
+    ops = {"max_pool": lambda v: relax.op.nn.max_pool2d(v, 3, 2, 1),
+           "depthwise": lambda v: relax.op.nn.conv2d(v, const(w), padding=1, groups=32),
+           "first_conv": lambda v: relax.op.nn.conv2d(v, const(w), strides=2, padding=1)}
+    mod = relax_module({"x": (x.shape, "float32")}, ops[op])
+    assert _paddings_per_tile(_scheduled_kernels(mod)) == [per_tile]
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    expected = {
+        "max_pool": lambda: np.max([padded[:, :, i:i + 32:2, j:j + 32:2]
+                                    for i in range(3) for j in range(3)], 0),
+        "depthwise": lambda: _conv_nchw(x, w, 1, 1, groups=32),
+        "first_conv": lambda: _conv_nchw(x, w, 2, 1)}[op]()
+    check(mod, [x], [expected], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("channels,size", [(32, 16), (48, 14), (64, 13)])
 def test_winograd_convolutions(channels, size):
     """3x3 stride-1 convolutions of 32 channels or more become Winograd kernels (conv_rewrites):
