@@ -376,16 +376,19 @@ def _paddings_per_tile(scheduled) -> list[bool]:
 
 @pytest.mark.parametrize("op,per_tile", [
     ("max_pool", True),  # 3x3 stride 2: each tile pads 1.4 times its share of the input
-    ("depthwise", False),  # 3x3 stride 1: 3 times (three rows for each row of outputs)
-    ("first_conv", True)])  # 3 input channels, stride 2: 1.6 times
+    ("depthwise", True),  # 3x3 stride 1 in bands of 4 rows: 1.7 times
+    ("first_conv", True),  # 3 input channels, stride 2: 1.6 times
+    ("wide_conv", False)])  # 64 input channels, each window padded again per 32 outputs: 4.8
 def test_a_padding_is_computed_per_tile_where_tiles_pad_little_twice(op, per_tile):
     """Padded per tile of the reduction (in its parallel loop, a window of at most 4096
     elements), or whole before it where the tiles would pad more than twice the input."""
-    x = data((1, 3 if op == "first_conv" else 32, 32, 32))
-    w = data((32, 1, 3, 3)) if op == "depthwise" else data((32, 3, 3, 3))
+    x = data({"first_conv": (1, 3, 32, 32), "wide_conv": (1, 64, 8, 8)}.get(op, (1, 32, 32, 32)))
+    w = {"depthwise": data((32, 1, 3, 3)), "wide_conv": data((64, 64, 3, 3)) * 0.1}.get(
+        op, data((32, 3, 3, 3)))
     ops = {"max_pool": lambda v: relax.op.nn.max_pool2d(v, 3, 2, 1),
            "depthwise": lambda v: relax.op.nn.conv2d(v, const(w), padding=1, groups=32),
-           "first_conv": lambda v: relax.op.nn.conv2d(v, const(w), strides=2, padding=1)}
+           "first_conv": lambda v: relax.op.nn.conv2d(v, const(w), strides=2, padding=1),
+           "wide_conv": lambda v: relax.op.nn.conv2d(v, const(w), padding=1)}
     mod = relax_module({"x": (x.shape, "float32")}, ops[op])
     assert _paddings_per_tile(_scheduled_kernels(mod)) == [per_tile]
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
@@ -393,7 +396,8 @@ def test_a_padding_is_computed_per_tile_where_tiles_pad_little_twice(op, per_til
         "max_pool": lambda: np.max([padded[:, :, i:i + 32:2, j:j + 32:2]
                                     for i in range(3) for j in range(3)], 0),
         "depthwise": lambda: _conv_nchw(x, w, 1, 1, groups=32),
-        "first_conv": lambda: _conv_nchw(x, w, 2, 1)}[op]()
+        "first_conv": lambda: _conv_nchw(x, w, 2, 1),
+        "wide_conv": lambda: _conv_nchw(x, w, 1, 1)}[op]()
     check(mod, [x], [expected], rtol=1e-4, atol=1e-4)
 
 
