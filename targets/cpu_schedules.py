@@ -701,7 +701,6 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_
     if any(name not in by_name for name in names):
         return False
     others = [info.name for info in infos if info.name not in names]
-    tiled = []  # the reductions tiled
     for position, name in enumerate(names):
         info = by_name[name]
         tiled = None
@@ -734,15 +733,16 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_
 
 def _padded_per_tile(sch: s_tir.Schedule, block, reductions: list, target: Target) -> bool:
     """Computes ``block`` (a padding) inside the parallel loop of the one reduction reading
-    it, a tile's window at a time, vectorized, where that window has at most
-    _PAD_WINDOW_MAX elements: padded whole, MobileNetV2's first convolution's input (224 x
-    224 x 3) and ResNet-50's max pool's (114 x 114 x 64: 3.3 MB) were written and read again
-    at every call. A larger window (a convolution's over hundreds of input channels) would be
-    padded again for each tile of output channels: padded whole."""
+    it, a tile's window at a time, vectorized, where a window has at most _PAD_WINDOW_MAX
+    elements and all of them at most _PAD_RECOMPUTE_MAX times the padded input's: padded
+    whole, MobileNetV2's first convolution's input (224 x 224 x 3) and ResNet-50's max
+    pool's (114 x 114 x 64: 3.3 MB) were written and read again at every call. Windows over
+    many input channels (a convolution's, padded again for each tile of output channels)
+    stay padded whole, as does a constant's padding (made once, when compiling)."""
     consumers = sch.get_consumers(block)
     if _PREPROC in sch.get(block).annotations or len(consumers) != 1 or not any(
             sch.get(consumers[0]).same_as(sch.get(rv)) for rv in reductions):
-        return False  # a constant's padding is made once, when compiling
+        return False
     parallel = next((loop for loop in sch.get_loops(consumers[0])
                      if sch.get(loop).kind == tirx.ForKind.PARALLEL), None)
     if parallel is None:
@@ -753,7 +753,8 @@ def _padded_per_tile(sch: s_tir.Schedule, block, reductions: list, target: Targe
     except Exception:  # pylint: disable=broad-except  # TVM refused: padded whole
         return False
     loops = list(trial.get_loops(block))
-    inside = next(n for n, loop in enumerate(loops) if trial.get(loop).same_as(trial.get(parallel)))
+    inside = next(n for n, loop in enumerate(loops)
+                  if trial.get(loop).same_as(trial.get(parallel)))
     window, tiles = _work(trial, loops[inside + 1:]), _extent(trial, parallel)
     padded = _static_elements(sch.get(block).writes[0].source)
     if window is None or tiles is None or padded is None or window > _PAD_WINDOW_MAX or \
