@@ -130,6 +130,13 @@ class WeightFiles:
         self._files[array.__array_interface__["data"][0]] = path, size, mapped
         return array
 
+    def _found(self, array) -> tuple[Path, int, mmap.mmap] | None:
+        """(file, size, map) of the array ``empty`` made at ``array``'s address (a NumPy
+        array or a TVM tensor), else None."""
+        address = array.data_ptr() if isinstance(array, tvm.runtime.Tensor) else \
+            array.__array_interface__["data"][0]
+        return self._files.get(address)
+
     @staticmethod
     def copy_plain(out: np.ndarray, value: np.ndarray, _read=None, _read_axis: int = 0) -> None:
         """``copy`` where nothing goes to files."""
@@ -145,11 +152,10 @@ class WeightFiles:
         neighbours too, and a slab reading a column of a file would map all of it. Light
         VGG-19's first fully connected weight (411 MB) was held three times over while it was
         transposed, then packed (its first load peaked at 1.7 GB, onnxruntime's at 0.94)."""
-        if out.__array_interface__["data"][0] not in self._files or out.ndim == 0:
+        if self._found(out) is None:
             self.copy_plain(out, value)
             return
-        axis = read_axis if read is not None and \
-            read.__array_interface__["data"][0] in self._files else 0
+        axis = read_axis if read is not None and self._found(read) is not None else 0
         rows = max(1, self.SLAB_BYTES * out.shape[axis] // max(out.nbytes, 1))
         for start in range(0, out.shape[axis], rows):
             slab = (slice(None),) * axis + (slice(start, start + rows),)
@@ -162,13 +168,11 @@ class WeightFiles:
         """Where ``empty`` made ``array`` (a NumPy array or a TVM tensor), its pages leave the
         process's memory, its file keeping them: once it is written, or read for now (a
         shared mapping loses nothing it wrote; a later read maps them again)."""
-        address = array.data_ptr() if isinstance(array, tvm.runtime.Tensor) else \
-            array.__array_interface__["data"][0]
-        found = self._files.get(address)
+        found = self._found(array)
         if found is not None:
             found[2].madvise(mmap.MADV_DONTNEED)
 
     def file_of(self, array: np.ndarray) -> Path | None:
         """The file holding ``array`` whole (one ``empty`` made, or a view of all of it)."""
-        found = self._files.get(array.__array_interface__["data"][0])
+        found = self._found(array)
         return found[0] if found is not None and found[1] == array.nbytes else None
