@@ -79,6 +79,15 @@ class _Schedule(s_tir.Schedule):
     the rules took on pure-TVM ResNet-50's kernels. The rules pass TVM's own handles."""
 
 
+def _private(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """A copy of ``func`` a schedule may change: TVM's schedules change the blocks and loops
+    of the function they are given in place (its copy-on-write takes a node only its parent
+    holds for its own), so a rule that declines a kernel after a step (normalizing it, a
+    split, an rfactor) handed the next rule that step's result, not the kernel. Renewing its
+    variables and buffers rebuilds every node (0.08 ms for a softmax)."""
+    return s_tir.renew_defs(func)
+
+
 for _name, _method in vars(s_tir.Schedule).items():
     if hasattr(_method, "__wrapped__"):  # functools.wraps of TVM's type_checked
         setattr(_Schedule, _name, _method.__wrapped__)
@@ -777,6 +786,7 @@ class _Rule(dl.ScheduleRule):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
         try:
+            func = _private(func)
             sch = _Schedule(func.with_attr(RULE_ATTR, type(self).__name__))
             return sch if self.schedule(sch, func, target) else None
         except Exception:  # pylint: disable=broad-except
@@ -862,8 +872,10 @@ class Guarded(dl.ScheduleRule):
         self.rule = rule
 
     def apply(self, func, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm" or \
-                not self.fits(func):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        func = _private(func)
+        if not self.fits(func):
             return None
         try:
             return self.rule.apply(func.with_attr(RULE_ATTR, type(self.rule).__name__), target,

@@ -424,6 +424,19 @@ def test_softmax_and_layer_norm(shape):
           rtol=1e-4, atol=1e-5)
 
 
+def test_a_rule_leaves_the_kernel_it_is_given_as_it_was():
+    """Each rule schedules its own copy: TVM's schedules change the function they are given
+    in place, so a rule that normalized a kernel (or split, or rfactored it) and then declined
+    it handed the next rule a changed kernel."""
+    x = tvm.te.placeholder((4, 37), name="x")
+    func = tvm.te.create_prim_func([x, tvm.topi.nn.softmax(x, axis=-1)])
+    before = tvm.ir.load_json(tvm.ir.save_json(func))
+    with HOST.tvm_target() as target:
+        scheduled = [rule.apply(func, target, False) for rule in cs.default_rules()]
+    tvm.ir.assert_structural_equal(func, before)
+    assert any(s is not None for s in scheduled)
+
+
 def test_whatever_no_rule_fits_still_runs_right():
     """Scans, arg-reductions and reductions over the innermost axis: the fallback's."""
     x = data((3, 50))
