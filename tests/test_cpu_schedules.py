@@ -424,6 +424,69 @@ def test_softmax_and_layer_norm(shape):
           rtol=1e-4, atol=1e-5)
 
 
+def _vector_lanes_of_row_reductions(scheduled) -> dict[str, list[int]]:
+    """Kernel name -> the lanes of each vectorized loop computing a reduction's partial
+    results (rfactor's ``*_rf`` blocks)."""
+    found = {}
+    for gv, func in scheduled.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            lanes = found.setdefault(gv.name_hint, [])
+            tvm_ffi.structural_walk(func.body, (tvm.tirx.For, lambda loop: lanes.append(
+                int(loop.extent)) if loop.kind == tvm.tirx.ForKind.VECTORIZED and isinstance(
+                    loop.body, tvm.s_tir.SBlockRealize) and loop.body.block.name_hint.endswith(
+                        "_rf") else None), order="post")
+    return found
+
+
+def _row_stages(x, gamma, beta):
+    """Softmax, layer norm and x / RMS(x) over the last axis, in NumPy (float64 inside)."""
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    mean, var = x64.mean(-1, keepdims=True), x64.var(-1, keepdims=True)
+    return [(e / e.sum(-1, keepdims=True)).astype(x.dtype),
+            ((x64 - mean) / np.sqrt(var + 1e-5) * gamma + beta).astype(x.dtype),
+            (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)).astype(x.dtype)]
+
+
+def _row_stages_module(shape, dtype, gamma, beta):
+    op = relax.op
+    return relax_module({"x": (shape, dtype)}, lambda v: [
+        op.nn.softmax(v, axis=-1), op.nn.layer_norm(v, const(gamma), const(beta), axes=[-1]),
+        op.divide(v, op.sqrt(op.add(op.mean(op.multiply(v, v), axis=-1, keepdims=True),
+                                    relax.const(1e-6, dtype))))])
+
+
+@pytest.mark.parametrize("shape,dtype,lanes", [
+    ((3, 128), "float32", 16), ((2, 5, 768), "float32", 16), ((4, 100), "float32", 4),
+    ((2, 16), "float32", 8), ((3, 64), "float16", 32)])
+def test_row_reductions_accumulate_a_vector_of_partial_results(shape, dtype, lanes):
+    """Softmax, layer norm and RMS norm over rows a power of two of lanes divides: Rows
+    rfactors each reduction along the row into a vector of partial results (dlight's kept
+    one scalar chain), and the results match NumPy's."""
+    x = data(shape, dtype)
+    gamma, beta = data(shape[-1:], dtype), data(shape[-1:], dtype)
+    mod = _row_stages_module(shape, dtype, gamma, beta)
+    rules = rules_of(mod)  # x * x of the RMS norm is a kernel of its own
+    assert sorted(r for r in rules.values() if r != "Injective") == ["Rows"] * 3, rules
+    partials = _vector_lanes_of_row_reductions(_scheduled_kernels(mod))
+    # softmax: max and sum; layer norm: mean and variance (or sum of squares); RMS: mean
+    assert sum(len(p) for p in partials.values()) >= 4 and \
+        {n for p in partials.values() for n in p} == {lanes}, partials
+    tolerance = 1e-5 if dtype == "float32" else 1e-2
+    check(mod, [x], _row_stages(x, gamma, beta), rtol=tolerance, atol=tolerance / 10)
+
+
+@pytest.mark.parametrize("shape", [(4, 37), (2, 197)])
+def test_rows_no_four_lanes_divide_keep_dlights_schedule(shape):
+    """A row of prime length: an rfactored reduction's last, partial vector would lose its
+    guard (compute_at drops it), so the kernel stays with dlight's schedule and runs right."""
+    x = data(shape)
+    gamma, beta = data(shape[-1:]), data(shape[-1:])
+    mod = _row_stages_module(shape, "float32", gamma, beta)
+    assert "Rows" not in rules_of(mod).values()
+    check(mod, [x], _row_stages(x, gamma, beta), rtol=1e-5, atol=1e-6)
+
+
 def test_a_rule_leaves_the_kernel_it_is_given_as_it_was():
     """Each rule schedules its own copy: TVM's schedules change the function they are given
     in place, so a rule that normalized a kernel (or split, or rfactored it) and then declined
