@@ -904,6 +904,8 @@ class Rows(_Rule):
             sch.compute_at(block, spatial, preserve_unit_loops=True)
         for block in blocks:
             loops = sch.get_loops(block)
+            if len(loops) < 2:
+                continue  # a row's one value (a global pool's), under the parallel rows
             extent = _extent(sch, loops[-1])
             if sch.get(block).name_hint in partials:
                 # compute_at makes a loop per iterator in their order, rfactor's lane first
