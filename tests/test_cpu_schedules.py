@@ -209,6 +209,17 @@ def test_matmul_walks_its_tiles_of_j_innermost_where_its_weights_fit_half_of_l2(
     check(mod, [x], [x @ w], "Contraction", rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("n,columns", [(96, 48), (768, 48), (256, 32), (80, 16)])
+def test_matmul_tiles_take_three_vectors_of_columns_where_they_divide(n, columns):
+    """64 x 64 by 64 x n: a tile is three vectors of 16 columns where they divide n (24
+    accumulators with its 8 rows), else two, else one; the next parallel tile is the next
+    columns (the weights fit half of L2)."""
+    x, w = data((64, 64)), data((64, n)) * 0.1
+    mod = relax_module({"x": ((64, 64), "float32")}, lambda v: relax.op.matmul(v, const(w)))
+    assert _first_column_of_tiles(_scheduled_kernels(mod)) == [0, columns]
+    check(mod, [x], [x @ w], "Contraction", rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_with_a_dynamic_batch():
     w = data((24, 32))
     n = tvm.tirx.Var("n", "int64")
