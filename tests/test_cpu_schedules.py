@@ -507,6 +507,19 @@ def test_row_reductions_accumulate_a_vector_of_partial_results(shape, dtype, lan
     check(mod, [x], _row_stages(x, gamma, beta), rtol=tolerance, atol=tolerance / 10)
 
 
+@pytest.mark.parametrize("shape", [(3, 50), (4, 37), (2, 768)])
+def test_reductions_over_rows_alone_are_rows(shape):
+    """A sum, mean, arg-max and arg-min over the last axis, each a kernel of one reduction:
+    Rows rfactors them too (ties go to the first index, as NumPy's do)."""
+    x = np.round(data(shape) * 2) / 2  # many ties
+    mod = relax_module({"x": (shape, "float32")}, lambda v: [
+        relax.op.sum(v, axis=-1), relax.op.mean(v, axis=-1), relax.op.argmax(v, axis=-1),
+        relax.op.argmin(v, axis=-1)])
+    assert set(rules_of(mod).values()) == {"Rows"}, rules_of(mod)
+    assert all(_vector_lanes_of_row_reductions(_scheduled_kernels(mod)).values())
+    check(mod, [x], [x.sum(-1), x.mean(-1), x.argmax(-1), x.argmin(-1)], rtol=1e-5, atol=1e-5)
+
+
 def test_rows_shorter_than_eight_keep_dlights_schedule():
     x = data((3, 5))
     gamma, beta = data((5,)), data((5,))
@@ -539,11 +552,13 @@ def test_a_rule_leaves_the_kernel_it_is_given_as_it_was():
 
 
 def test_whatever_no_rule_fits_still_runs_right():
-    """Scans, arg-reductions and reductions over the innermost axis: the fallback's."""
-    x = data((3, 50))
-    mod = relax_module({"x": ((3, 50), "float32")}, lambda v: [
-        relax.op.cumsum(v, axis=1), relax.op.argmax(v, axis=1), relax.op.sum(v, axis=1)])
-    check(mod, [x], [np.cumsum(x, 1), np.argmax(x, 1), x.sum(1)], rtol=1e-4)
+    """Scans, and a product over a row too short for Rows: the fallback's."""
+    x, y = data((3, 50)), data((3, 5))
+    product = relax_module({"y": ((3, 5), "float32")}, lambda w: relax.op.prod(w, axis=1))
+    assert set(rules_of(product).values()) == {"Fallback"}, rules_of(product)
+    mod = relax_module({"x": ((3, 50), "float32"), "y": ((3, 5), "float32")}, lambda v, w: [
+        relax.op.cumsum(v, axis=1), relax.op.prod(w, axis=1)])
+    check(mod, [x, y], [np.cumsum(x, 1), y.prod(1)], rtol=1e-4)
 
 
 # --- vector math -------------------------------------------------------------------------
