@@ -8,7 +8,7 @@ rest, applied by one driver (``default_schedules``) in this order:
 - ``Contraction``: one multiply-accumulate reduction, ``C[.., i, j] += A[.., i, k] *
   B[.., k, j]`` (matmul, batch matmul, dense, convolutions in NHWC), with its elementwise
   epilogue (bias, batch norm, activations, residual adds): register tiles of a few rows of i
-  by one or two vectors of j accumulated over every reduction step in a local buffer, the
+  by one to three vectors of j accumulated over every reduction step in a local buffer, the
   epilogue computed per tile, the tiles run in parallel. A constant operand B (weights) is
   laid out again when compiling, each tile's columns for every reduction step in a row.
 - ``SpatialReduction``: one reduction whose output's innermost axis is also the innermost
@@ -17,17 +17,24 @@ rest, applied by one driver (``default_schedules``) in this order:
   pixels) accumulated side by side, the others fused and run in parallel.
 - ``Stages``: kernels of several reductions of those two kinds (Winograd convolutions: input
   transform, batched products, inverse transform), each scheduled so at the kernel's top level.
-- TVM's ``dlight.cpu.GEMV`` and ``dlight.cpu.Reduction`` (softmax, layer norm: parallel over
-  rows, a row's stages computed together), the latter only where every stage has the same
-  rows (it recomputes a whole softmax per element of a 1 x N one).
+- TVM's ``dlight.cpu.GEMV``.
+- ``Rows``: row-wise stages (softmax, layer and RMS norms, sums, means and arg-reductions
+  over the last axis) where every stage has the same rows: parallel over the rows, a row's
+  stages computed together, as ``dlight.cpu.Reduction`` does, and each reduction along the
+  row rfactored into a vector of partial results.
+- TVM's ``dlight.cpu.Reduction`` (``SameRows``) for such kernels Rows leaves (rows shorter
+  than 8), only where every stage has the same rows (it recomputes a whole softmax per
+  element of a 1 x N one).
 - ``Fallback``: any other kernel, loop nest by loop nest: spatial loops first, fused and run
   in parallel where TVM proves that safe; a spatial nest also vectorized.
 
-A rule that fails on a kernel returns None and the next one is tried; ``Fallback`` takes every
-kernel, so none is left unscheduled. Vectors and tiles of j split loops by divisors (no tail
-to guard); where none divides an odd j, or no tile of rows divides i, ``Contraction`` pads
-them to whole tiles first (TVM's pad_einsum: zeros added to copies of the operands, the
-result's own elements written back; a constant's copy made when compiling). Vector widths
+A rule that fails on a kernel returns None and the next one is tried on the kernel as it was
+(each rule schedules its own copy: TVM's schedules change the function they are given in
+place); ``Fallback`` takes every kernel, so none is left unscheduled. Vectors and tiles of j
+split loops by divisors (no tail to guard; Rows guards a row's last, partial vector); where
+none divides an odd j, or no tile of rows divides i, ``Contraction`` pads them to whole tiles
+first (TVM's pad_einsum: zeros added to copies of the operands, the result's own elements
+written back; a constant's copy made when compiling). Vector widths
 come from the target's features (AVX-512: 16 float32 lanes, AVX/AVX2: 8, SSE and NEON: 4).
 The rule that scheduled a kernel is named in its ``cpu_schedule_rule`` attribute, and those
 kernels compute exp, erf, tanh, sigmoid, sinh and cosh by polynomials that vectorize
