@@ -73,6 +73,20 @@ def build(mod: tvm.IRModule, target: tvm.target.Target) -> relax.VMExecutable:
         list(attrs.get("external_mods", [])), dict(attrs.get("const_name_to_constant", {}))))
 
 
+def failing_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:
+    """The names of ``mod``'s kernels that fail to build alone (what ``build`` raised for),
+    each built in turn: called only after a build failed."""
+    context = tvm.transform.PassContext.current()
+    failing = []
+    for gv, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            try:
+                _kernel_library({gv: func}, mod.attrs, target, context)
+            except Exception:  # pylint: disable=broad-except  # its own error: named below
+                failing.append(gv.name_hint)
+    return failing
+
+
 def _pack_imports(module: tvm.runtime.Module, workspace_dir: str) -> str:
     """export_library's fpack_imports: the packed modules (TVM's serialization, weights and
     all) written to a file that an assembly source includes. TVM's own packer makes them an

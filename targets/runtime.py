@@ -757,18 +757,23 @@ def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
 
 
 def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items=None,
-               weight_files: WeightFiles | None = None) -> tvm.IRModule | None:
+               weight_files: WeightFiles | None = None,
+               unscheduled: frozenset = frozenset()) -> tvm.IRModule | None:
     """``mod`` as fused kernels scheduled from ``database`` (records tuned for ``spec``), then
     by the target's default rules for every kernel still unscheduled (dlight's on GPUs,
-    targets.cpu_schedules' on CPUs); None for a target with neither source when no record
-    applies, so the module keeps TVM's generic build. The weights laid out for the
-    schedules go to ``weight_files`` where given."""
+    targets.cpu_schedules' on CPUs) but those named in ``unscheduled``, which keep TVM's
+    generic code; None for a target with neither source when no record applies, so the
+    module keeps TVM's generic build. The weights laid out for the schedules go to
+    ``weight_files`` where given."""
     tuned = database is not None and "database" in spec.schedules and database.tuned_for(mod)
     dlight = "dlight" in spec.schedules
     cpu_rules = "cpu-default" in spec.schedules
     if not (tuned or dlight or cpu_rules):
         return None
     kernels = fused_kernels(mod, spec, plugin_items, weight_files)
+    for gv, func in list(kernels.functions_items()):
+        if gv.name_hint in unscheduled:  # what the rules skip
+            kernels[gv] = func.with_attr("tirx.is_scheduled", True)
     if tuned:
         with database.records():
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
@@ -825,10 +830,10 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
     """Compiles ``mod`` for ``spec``; ``database`` (a targets.tuning.TuningDatabase of this
     target: see find_database) schedules the kernels it has records for; ``plugin_items``
     ("<plugin>.<item>" -> value) go to the target's vendor plugins; the weights the compile
-    lays out go to ``weight_files`` where given (the module's ``weight_paths``). Where the
-    default CPU schedules fail on a module no record applies to (a graph pass or the code
-    generator refusing what they make), it compiles as TVM's generic build instead, saying
-    why."""
+    lays out go to ``weight_files`` where given (the module's ``weight_paths``). A kernel
+    whose default schedule the code generator refuses is built unscheduled (see _compile);
+    where the default CPU schedules fail otherwise on a module no record applies to (a graph
+    pass refusing what they make), it compiles as TVM's generic build instead, saying why."""
     target = spec.tvm_target()
     recorder = _KernelRecorder()
     with _compile_lock, target:
@@ -853,19 +858,33 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
 
 def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
              recorder: _KernelRecorder, schedule: bool = True,
-             weight_files: WeightFiles | None = None):
+             weight_files: WeightFiles | None = None, unscheduled: frozenset = frozenset()):
     """(library, vendor regions, weights) of one build: scheduled (see _scheduled) unless
     ``schedule`` is False or nothing schedules it, else TVM's generic build (whose constants
-    stay in the library: its pipeline folds them yet)."""
+    stay in the library: its pipeline folds them yet). Kernels whose default schedules fail
+    to build are built again unscheduled, the others keeping theirs (one such kernel made
+    the whole module TVM's generic build, tens of times slower)."""
     target = spec.tvm_target()
     with tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
-        scheduled = _scheduled(mod, spec, database, plugin_items, weight_files) \
+        scheduled = _scheduled(mod, spec, database, plugin_items, weight_files, unscheduled) \
             if schedule else None
-        if scheduled is not None:
-            regions = vendor_plugins.offloaded_regions(scheduled)
-            scheduled, weights = lift_weights(scheduled)
-            library = codegen.build(_lowering(spec)(scheduled), target)
-            return library, regions, weights
-        mod = _partitioned(mod, spec, plugin_items)
-        regions = vendor_plugins.offloaded_regions(mod)
-        return tvm.compile(mod, target=target), regions, []
+        if scheduled is None:
+            mod = _partitioned(mod, spec, plugin_items)
+            regions = vendor_plugins.offloaded_regions(mod)
+            return tvm.compile(mod, target=target), regions, []
+        regions = vendor_plugins.offloaded_regions(scheduled)
+        scheduled, weights = lift_weights(scheduled)
+        lowered = _lowering(spec)(scheduled)
+        try:
+            return codegen.build(lowered, target), regions, weights
+        except Exception as err:  # noqa: BLE001
+            failing = {name.removesuffix("_prepacked")
+                       for name in codegen.failing_kernels(lowered, target)}
+            if "cpu-default" not in spec.schedules or recorder.tuned or \
+                    not failing or failing <= unscheduled:
+                raise
+            log.warning("the default schedules of %s fail to build (%s: %s); those kernels "
+                        "are built unscheduled", ", ".join(sorted(failing)), type(err).__name__,
+                        (str(err).strip().splitlines() or [""])[-1][:200])
+    return _compile(mod, spec, database, plugin_items, recorder, schedule, weight_files,
+                    unscheduled | failing)

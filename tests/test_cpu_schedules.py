@@ -683,10 +683,37 @@ def test_targets_without_default_cpu_schedules_keep_the_generic_build():
         assert _scheduled(build_small_cnn(batch=1).build_module(), generic, None) is None
 
 
+def test_a_kernel_whose_schedule_fails_to_build_is_built_unscheduled(monkeypatch, caplog):
+    """The code generator refusing one kernel's schedule (here a softmax's loop over rows
+    vectorized around its vectorized partial results): that kernel alone is built
+    unscheduled, the matmul keeps its schedule and packed weight (the whole module was
+    TVM's generic build, its constants inside the library)."""
+    rows = cs.Rows.schedule
+
+    def refused(self, sch, func, target):
+        if not rows(self, sch, func, target):
+            return False
+        partials = next(b for b in cs._root_blocks(sch) if sch.get(b).name_hint.endswith("_rf"))
+        sch.vectorize(sch.get_loops(partials)[0])
+        return True
+
+    monkeypatch.setattr(cs.Rows, "schedule", refused)
+    x, w = data((8, 64)), data((64, 64)) * 0.1
+    mod = relax_module({"x": ((8, 64), "float32")},
+                       lambda v: relax.op.nn.softmax(relax.op.matmul(v, const(w)), axis=-1))
+    with caplog.at_level(logging.WARNING, logger="targets.runtime"):
+        module = compile_module(mod, HOST)
+    assert "the default schedules of softmax fail to build" in caplog.text, caplog.text
+    assert "default CPU schedules failed" not in caplog.text
+    assert [np.asarray(weight).shape for weight in module.weights] == [(2, 64, 32)]
+    y = x @ w
+    e = np.exp(y - y.max(-1, keepdims=True))
+    np.testing.assert_allclose(module.run([x])[0], e / e.sum(-1, keepdims=True), rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_a_module_the_default_schedules_fail_on_compiles_generically(monkeypatch, caplog):
     """A graph pass or the code generator refusing a default build: the generic one instead."""
-    import logging
-
     import targets.runtime as runtime
 
     @tvm.transform.module_pass(opt_level=0, name="Refuses")
