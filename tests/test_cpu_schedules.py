@@ -354,7 +354,8 @@ def test_sums_over_outer_axes(dtype):
 @pytest.mark.parametrize("channels,groups,kernel", [(16, 2, 1), (136, 4, 1), (24, 3, 3),
                                                    (64, 4, 3)])
 def test_grouped_convolutions(channels, groups, kernel):
-    """Each tile of output channels lies within one group (ShuffleNet's 34 per group: 2 lanes)."""
+    """Each tile of output channels lies within one group (groups of 34, ShuffleNet's, are
+    padded to 48 first: conv_rewrites)."""
     x = data((1, channels, 9, 9))
     w = data((channels, channels // groups, kernel, kernel)) * 0.2
     mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.conv2d(

@@ -212,6 +212,37 @@ def test_a_convolution_larger_than_its_concatenation_reads_it_whole():
     assert len(calls_of(rewritten, "relax.nn.conv2d")) == 1
 
 
+def _grouped_conv(channels: int, groups: int, in_per_group: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], group=groups),
+         helper.make_node("Relu", ["c"], ["y"])], "grouped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, groups * in_per_group, 6, 6))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, channels, 6, 6))],
+        [init("w", channels, in_per_group, 1, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("channels,groups,in_per_group,padded_per_group", [
+    # a group's outputs, padded, with AVX-512's 16 float32 lanes and AVX2's 8
+    (136, 4, 34, {16: 48, 8: 40}),  # ShuffleNet's: 2-lane vectors, 16 for 1.4x the work
+    (272, 4, 68, {16: 80, 8: 72}), (64, 4, 16, {16: 16, 8: 16}),  # 16: whole vectors
+    (32, 8, 4, {16: 4, 8: 4}),  # ResNeXt-like 4 a group: padded, 2x or 4x the work
+    (32, 32, 1, {16: 1, 8: 1})])  # depthwise: SpatialReduction's, never padded
+def test_grouped_convolutions_pad_each_groups_outputs_to_whole_vectors(
+        channels, groups, in_per_group, padded_per_group):
+    spec = targets.host_cpu()
+    lanes = tvm.target.codegen.llvm_get_vector_width(spec.tvm_target()) // 32
+    model = _grouped_conv(channels, groups, in_per_group)
+    (conv,) = calls_of(laid_out_and_rewritten(model), "relax.nn.conv2d")
+    if lanes in padded_per_group:
+        assert int(conv.ty.shape.values[3]) == groups * padded_per_group[lanes]
+    x = RNG.standard_normal((1, groups * in_per_group, 6, 6)).astype(np.float32)
+    for got, want in kernels_and_onnxruntime(model, x, spec):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_rewritten_kernels_compute_what_onnxruntime_does(concat_then_conv):
     spec = targets.host_cpu()
     assert spec.conv_rewrites
