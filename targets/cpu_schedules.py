@@ -874,14 +874,15 @@ class Stages(_Rule):
                                     Contraction.max_rows, Contraction.pack)
 
 
-def _same_rows(infos) -> bool:
-    """Whether every block's leading spatial axes (the rows) have the same extents."""
+def _shared_rows(infos) -> int:
+    """How many leading spatial axes (the rows) every block has, with the same extents in
+    every block; 0 where they differ."""
     leads = []
     for info in infos:
         kinds = info.dom_kind()
         leads.append([_static(d) for d in info.dom()[:len(kinds) - len(kinds.lstrip("S"))]])
     rows = min(len(lead) for lead in leads)
-    return rows > 0 and all(lead[:rows] == leads[0][:rows] for lead in leads)
+    return rows if all(lead[:rows] == leads[0][:rows] for lead in leads) else 0
 
 
 class Rows(_Rule):
@@ -897,9 +898,9 @@ class Rows(_Rule):
 
     def schedule(self, sch, func, target):
         infos = normalize_prim_func(sch)
-        if not infos or all(info.is_injective() for info in infos) or not _same_rows(infos):
+        rows = _shared_rows(infos) if infos else 0
+        if not rows or all(info.is_injective() for info in infos):
             return False
-        rows = min(len(k) - len(k.lstrip("S")) for k in (info.dom_kind() for info in infos))
         lanes = vector_lanes(target, _out_dtype(sch, infos[-1].block_rv))
         factored = [self._rfactor(sch, info.block_rv, lanes) for info in infos
                     if not info.is_injective()]
@@ -975,7 +976,7 @@ class SameRows(Guarded):
             infos = normalize_prim_func(_Schedule(func))
         except Exception:  # pylint: disable=broad-except
             return False
-        return bool(infos) and _same_rows(infos)
+        return bool(infos) and _shared_rows(infos) > 0
 
 
 class Fallback(_Rule):

@@ -228,7 +228,7 @@ def _grouped_conv(channels: int, groups: int, in_per_group: int) -> onnx.ModelPr
     # a group's outputs, padded, with AVX-512's 16 float32 lanes and AVX2's 8
     (136, 4, 34, {16: 48, 8: 40}),  # ShuffleNet's: 2-lane vectors, 16 for 1.4x the work
     (272, 4, 68, {16: 80, 8: 72}), (64, 4, 16, {16: 16, 8: 16}),  # 16: whole vectors
-    (32, 8, 4, {16: 4, 8: 4}),  # ResNeXt-like 4 a group: padded, 2x or 4x the work
+    (32, 8, 4, {16: 4, 8: 4}),  # ResNeXt-like 4 a group: left (padding: 2x or 4x the work)
     (32, 32, 1, {16: 1, 8: 1})])  # depthwise: SpatialReduction's, never padded
 def test_grouped_convolutions_pad_each_groups_outputs_to_whole_vectors(
         channels, groups, in_per_group, padded_per_group):
