@@ -775,7 +775,7 @@ def _scheduled(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items=None,
         if gv.name_hint in unscheduled:  # what the rules skip
             kernels[gv] = func.with_attr("tirx.is_scheduled", True)
     if tuned:
-        with database.records():
+        with database.records(kernels):
             kernels = relax.transform.MetaScheduleApplyDatabase()(kernels)
     if not (dlight or cpu_rules) and not _kernels(kernels, scheduled=True):
         return None

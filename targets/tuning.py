@@ -4,8 +4,9 @@ A target's database is ``<cache>/tuning/<target name>-<digest of its key>/``: Me
 JSON tables (workloads, and one record per measured candidate) and ``target.json``, which names
 the target the records were measured on, the TVM that made them, the models tuned into it (by
 architecture), every tuning run with its budget, and how fast each kernel ran as the target's
-default schedules make it. ``find_database`` hands a target its database for compile_module,
-which applies the records to those models where they beat those default schedules; records
+default schedules make it (with a digest of that schedule). ``find_database`` hands a target its
+database for compile_module, which applies the records to those models where they beat those
+default schedules, as long as the default rules make the schedule timed; records
 made for another target, or another TVM, are never applied (a warning says why).
 
 A run resumes from the records already there: trials recorded for a model's kernels count
@@ -28,6 +29,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterable
 
 import tqdm
 import tvm
@@ -128,30 +130,41 @@ class TuningDatabase:
         kernels means lowering and fusing it first (a second or more)."""
         return _architecture(mod) in self.metadata().get("models", [])
 
-    def records(self):
-        """The MetaSchedule database for compiling: the records of each kernel whose best one
-        beats the kernel's default schedule (all of a kernel never timed so), loaded once per
-        process while the files stay the same (loading parses every workload: seconds)."""
+    def records(self, kernels: tvm.IRModule):
+        """The MetaSchedule database for compiling ``kernels`` (fused, under the target): the
+        records of each kernel whose best one beats the kernel's default schedule as timed,
+        loaded once per process while the files stay the same (loading parses every
+        workload: seconds). A kernel whose default schedule was never timed, or was timed as
+        another schedule than the default rules make now (odla-tvm's rules changed since),
+        keeps its default schedule, with a warning: a tune of the model times it again."""
         from tvm.s_tir import meta_schedule as ms
 
         files = (self.directory / _WORKLOADS, self.directory / _RECORDS)
         stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size)
                       for f in (*files, self.directory / _TARGET_FILE) if f.exists())
+        retime = self._defaults_to_time(_kernel_workloads(kernels), self._tables()[0])
+        if retime:
+            _warn_once(f"{len(retime)} of the model's kernels keep their default schedule, "
+                       f"not their records in {self.directory}: the records were measured "
+                       "against other default schedules than this odla-tvm makes; tune the "
+                       "model again to time the new ones (with its trials done, that is all "
+                       "it does)")
+        key = (stamp, frozenset(retime))
         loaded = _loaded.get(self.directory)
-        if loaded is None or loaded[0] != stamp:
+        if loaded is None or loaded[0] != key:
             _check_records(*self._tables(), self.directory)
             database = ms.database.JSONDatabase(str(files[0]), str(files[1]),
                                                 allow_missing=False)
-            outclassed = self.outclassed()
-            if outclassed:
+            left_out = self.outclassed() | set(retime)
+            if left_out:
                 kept = ms.database.MemoryDatabase()
                 for record in database.get_all_tuning_records():
-                    if str(tvm_ffi.structural_hash(record.workload.mod)) not in outclassed:
+                    if str(tvm_ffi.structural_hash(record.workload.mod)) not in left_out:
                         kept.commit_tuning_record(ms.database.TuningRecord(
                             record.trace, kept.commit_workload(record.workload.mod),
                             record.run_secs, record.target, record.args_info))
                 database = kept
-            loaded = _loaded[self.directory] = (stamp, database)
+            loaded = _loaded[self.directory] = (key, database)
         return loaded[1]
 
     def default_seconds(self) -> dict[str, float | None]:
@@ -159,10 +172,27 @@ class TuningDatabase:
         (None: that failed to build or run)."""
         return self.metadata().get("default_schedules", {})
 
-    def add_default_seconds(self, seconds: dict[str, float | None]) -> None:
+    def add_default_seconds(self, seconds: dict[str, float | None],
+                            schedules: dict[str, str] | None = None) -> None:
+        """Keeps each workload's default-schedule seconds and, where given, the digest of
+        the default schedule timed (default_schedule_digest)."""
         meta = self.metadata()
         meta.setdefault("default_schedules", {}).update(seconds)
+        meta.setdefault("default_schedule_digests", {}).update(schedules or {})
         self._write_metadata(meta)
+
+    def _defaults_to_time(self, workloads: dict[str, tvm.IRModule],
+                          among: Iterable[str]) -> dict[str, str]:
+        """Of ``workloads`` (hash -> kernel module) those in ``among`` whose default schedule
+        was never timed, or was timed as another schedule than the target's default rules
+        make now: hash -> the digest of the schedule they make now."""
+        meta = self.metadata()
+        timed = meta.get("default_schedules", {})
+        digests = meta.get("default_schedule_digests", {})
+        now = {h: default_schedule_digest(workloads[h], self.spec)
+               for h in set(among) & set(workloads)}
+        return {h: digest for h, digest in now.items()
+                if h not in timed or digests.get(h) != digest}
 
     def outclassed(self) -> set[str]:
         """The workloads whose default schedule ran at least as fast as their best record:
@@ -298,15 +328,20 @@ def _run_seconds(run_secs: list) -> float:
     return sum(run_secs) / len(run_secs) if run_secs else FAILED_RUN_S
 
 
-_warned: set[tuple[str, str]] = set()
-_loaded: dict[Path, tuple[tuple, object]] = {}  # directory -> (file stamps, MetaSchedule database)
+_warned: set[str] = set()
+# directory -> ((file stamps, workloads left to time), MetaSchedule database)
+_loaded: dict[Path, tuple[tuple, object]] = {}
 
 
-def _warn_once(directory: Path, reason: str) -> None:
-    if (str(directory), reason) not in _warned:
-        _warned.add((str(directory), reason))
-        log.warning("ignoring the tuning records in %s: %s; tune for this target to get its own",
-                    directory, reason)
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+def _warn_foreign(directory: Path, reason: str) -> None:
+    _warn_once(f"ignoring the tuning records in {directory}: {reason}; tune for this target "
+               "to get its own")
 
 
 def find_database(spec: TargetSpec, cache_dir=None) -> TuningDatabase | None:
@@ -320,12 +355,12 @@ def find_database(spec: TargetSpec, cache_dir=None) -> TuningDatabase | None:
         reason = database.foreign_reason()
         if reason is None:
             return database
-        _warn_once(database.directory, reason)
+        _warn_foreign(database.directory, reason)
         return None
     for other in sorted((database.root / "tuning").glob(f"{_database_name(spec)}-*")):
         if other != database.directory and (other / _RECORDS).is_file():
             reason = TuningDatabase(spec, directory=other).foreign_reason()
-            _warn_once(other, reason or "its directory names another target")
+            _warn_foreign(other, reason or "its directory names another target")
     return None
 
 
@@ -359,6 +394,30 @@ def _architecture(mod: tvm.IRModule) -> str:
 
 def _task_hash(task) -> str:
     return str(tvm_ffi.structural_hash(task.dispatched[0]))
+
+
+def _kernel_workloads(kernels: tvm.IRModule) -> dict[str, tvm.IRModule]:
+    """The unscheduled kernels of ``kernels`` as MetaSchedule's workloads: hash (a task's,
+    _task_hash) -> the kernel as a module of its own."""
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    workloads = [_normalize_mod(func) for func in kernels.functions.values()
+                 if isinstance(func, tvm.tirx.PrimFunc)
+                 and not func.attrs.get("tirx.is_scheduled", False)]
+    return {str(tvm_ffi.structural_hash(w)): w for w in workloads}
+
+
+def _default_scheduled_copy(workload: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+    # A copy: default rules may change the module they are given, and tuning reads it.
+    with spec.tvm_target():
+        return default_scheduled(tvm.ir.load_json(tvm.ir.save_json(workload)), spec)
+
+
+def default_schedule_digest(workload: tvm.IRModule, spec: TargetSpec) -> str:
+    """Which schedule the target's default rules give a kernel (a structural hash of the
+    scheduled kernel): the tuning database keeps the one each kernel's default time was
+    measured for, so that a change of the rules (another odla-tvm) is seen."""
+    return str(tvm_ffi.structural_hash(_default_scheduled_copy(workload, spec)))
 
 
 def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
@@ -410,7 +469,11 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     hashes = [_task_hash(t) for t in tasks]
     counts = [recorded.get(h, (0, None))[0] for h in hashes]
     budget = (trials - sum(counts)) if trials is not None else 1 << 30
-    if not tasks or budget <= 0:
+    # Timed once, and again where the default rules have changed since (with the budget spent
+    # too: that is what makes the records apply again).
+    untimed = database._defaults_to_time({h: t.dispatched[0] for h, t in zip(hashes, tasks)},
+                                         hashes)
+    if not tasks or (budget <= 0 and not untimed):
         return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
     # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
     # core, unvectorized (resnet50's smallest 1x1 convolution so took longer than all its
@@ -430,12 +493,13 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
             if remote else None)
         runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
         try:
-            _time_default_schedules(tasks, hashes, spec, database, builder, runner, progress)
+            _time_default_schedules(tasks, hashes, untimed, spec, database, builder, runner,
+                                    progress)
             progress_bar = _Progress(
                 tasks, hashes, recorded, database.default_seconds(),
-                budget if trials is not None else None,
+                max(budget, 0) if trials is not None else None,
                 started + minutes * 60 if minutes is not None else None,
-                f"tuning {label} for {spec.name}", progress, fleet)
+                f"tuning {label} for {spec.name}", progress and budget > 0, fleet)
             try:
                 for indices, per_task, scheduler in phases:
                     left = budget - progress_bar.trials
@@ -452,7 +516,8 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
         finally:
             if remote:
                 runner.shutdown()
-    stopped_by = "minutes" if progress_bar.out_of_time else "trials"
+    stopped_by = ("done" if budget <= 0 else "minutes" if progress_bar.out_of_time
+                  else "trials")
     report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by,
                      fleet)
     run = {"label": label, "trials": report.trials_run, "seconds": report.seconds,
@@ -499,23 +564,21 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
             raise
 
 
-def _time_default_schedules(tasks: list, hashes: list[str], spec: TargetSpec,
-                            database: TuningDatabase, builder, runner, progress: bool) -> None:
-    """Measures, once per kernel, the kernel as the target's default schedules make it (what a
-    compile gives it where no record is faster), with the builder and runner that measure the
-    candidates, and keeps the seconds in ``database``: a record applies only where it beats
-    them (TuningDatabase.records). A kernel whose default fails to build or run gets None."""
+def _time_default_schedules(tasks: list, hashes: list[str], untimed: dict[str, str],
+                            spec: TargetSpec, database: TuningDatabase, builder, runner,
+                            progress: bool) -> None:
+    """Measures the kernels of ``untimed`` (hash -> digest of its default schedule) as the
+    target's default schedules make them (what a compile gives a kernel where no record is
+    faster), with the builder and runner that measure the candidates, and keeps the seconds
+    and digests in ``database``: a record applies only where it beats them
+    (TuningDatabase.records). A kernel whose default fails to build or run gets None."""
     from tvm.s_tir import meta_schedule as ms
 
-    known = database.default_seconds()
-    todo = [(task, h) for task, h in zip(tasks, hashes) if h not in known]
+    todo = [(task, h) for task, h in zip(tasks, hashes) if h in untimed]
     if not todo:
         return
     target = spec.tvm_target()
-    with target:
-        # A copy: the default rules change the module they are given, and tuning reads it.
-        kernels = [default_scheduled(tvm.ir.load_json(tvm.ir.save_json(task.dispatched[0])),
-                                     spec) for task, _h in todo]
+    kernels = [_default_scheduled_copy(task.dispatched[0], spec) for task, _h in todo]
     seconds = dict.fromkeys((h for _task, h in todo), None)
     with tqdm.tqdm(total=len(todo), desc="building the default schedules", unit="kernel",
                    disable=not progress) as bar:
@@ -532,7 +595,7 @@ def _time_default_schedules(tasks: list, hashes: list[str], spec: TargetSpec,
                 if result.error_msg is None and result.run_secs:
                     seconds[h] = _run_seconds([float(s) for s in result.run_secs])
             bar.update()
-    database.add_default_seconds(seconds)
+    database.add_default_seconds(seconds, {h: untimed[h] for h in seconds})
 
 
 def _by_arithmetic(tasks: list) -> list:

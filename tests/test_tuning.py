@@ -266,6 +266,48 @@ def test_a_rerun_resumes_from_the_records(tuned, tmp_path):
     assert (more.trials_run, more.trials_recorded, more.stopped_by) == (1, 4, "trials")
 
 
+def test_records_timed_against_other_default_schedules_wait_for_a_rerun(tuned, tmp_path,
+                                                                          caplog):
+    """After an odla-tvm whose default rules schedule a kernel otherwise (records beat the
+    old schedule, maybe not the new one), the kernel keeps its default schedule, with a
+    warning, until a tune times the new one (its trials done, that is all the tune does);
+    a database made before the digests were kept reads as such."""
+    model, cache, _, _ = tuned
+    work = tmp_path / "cache"
+    shutil.copytree(cache, work)
+    database = targets.TuningDatabase(targets.host_cpu(), work)
+    meta_file = database.directory / "target.json"
+    meta = json.loads(meta_file.read_text())
+    digests = dict(meta["default_schedule_digests"])
+    assert set(digests) == set(meta["default_schedules"]) and len(set(digests.values())) == 3
+    meta["default_schedule_digests"][next(iter(digests))] = "another schedule"
+    meta_file.write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING):
+        exe = compiled(model, work)
+    assert len(exe.module.tuned_kernels) == 2
+    assert "1 of the model's kernels keep their default schedule" in caplog.text
+    untuned = odla.Session(compiled(model, tmp_path / "empty")).run({"image": IMAGE})[0]
+    np.testing.assert_allclose(odla.Session(exe).run({"image": IMAGE})[0], untuned,
+                               rtol=1e-5, atol=1e-5)
+    # Without digests, none applies; the rerun times the three kernels' default schedules
+    # again and keeps their digests.
+    del meta["default_schedule_digests"]
+    meta_file.write_text(json.dumps(meta))
+    assert compiled(model, work).module.tuned_kernels == []
+    again = odla.tune(model, trials=3, cache_dir=work, progress=False)
+    assert (again.trials_run, again.stopped_by) == (0, "done")
+    assert database.metadata()["default_schedule_digests"] == digests
+    retimed = database.default_seconds()
+    assert all(0 < seconds < 0.1 for seconds in retimed.values()), retimed
+    # Now each record applies where it beats the default schedule timed.
+    exe = compiled(model, work)
+    assert len(exe.module.tuned_kernels) == 3 - len(database.outclassed())
+    np.testing.assert_allclose(odla.Session(exe).run({"image": IMAGE})[0], untuned,
+                               rtol=1e-5, atol=1e-5)
+    default_seconds(work, 1.0)
+    assert compiled(model, work).module.tuned_kernels == TUNED
+
+
 def test_keep_best_keeps_each_kernels_fastest_records_and_the_trial_counts(tuned, tmp_path):
     model, cache, _, _ = tuned
     work = tmp_path / "cache"
