@@ -1016,7 +1016,9 @@ class Fallback(_Rule):
 # ---------------------------------------------------------------------------------------
 # Vector math: LLVM expands exp, erf, tanh and sigmoid of a vector into one libm call per lane
 # (softmax, GELU, tanh and sigmoid kernels then ran scalar); these are polynomials of float32
-# that vectorize, accurate to a few units in the last place (checked in the tests).
+# that vectorize, accurate to a few units in the last place (checked in the tests). TVM's
+# vectorizer cannot vectorize TVM's own isnan (it scalarizes a loop holding one inside a
+# parallel loop), so float32 isnan is rewritten as well, as a test of its bits.
 # Other float32 functions (log, sin, ...) keep LLVM's lowering: correct, one call per lane.
 
 
@@ -1031,8 +1033,18 @@ def _horner(x, coefficients):
     return result
 
 
+def _is_nan(x):
+    """Whether float32 ``x`` is a NaN (its exponent all ones, its mantissa not 0), as bits:
+    TVM's vectorizer cannot vectorize its own isnan, and scalarized every loop with one
+    inside a parallel loop (every exp, erf, tanh and sigmoid of a kernel then ran a lane at
+    a time)."""
+    bits = tirx.reinterpret("int32", x)
+    return (tirx.bitwise_and(bits, tirx.const(0x7FFFFFFF, "int32"))
+            > tirx.const(0x7F800000, "int32"))
+
+
 def _nan_kept(x, value):
-    return tirx.Select(tirx.isnan(x), x, value)
+    return tirx.Select(_is_nan(x), x, value)
 
 
 def _exp(x):
@@ -1116,16 +1128,16 @@ def _sinh(x):
 
 # LLVM has no vector form of sinh and cosh at all: vectorized, they would not compile.
 _VECTOR_MATH = {"tirx.exp": _exp, "tirx.erf": _erf, "tirx.tanh": _tanh, "tirx.sigmoid": _sigmoid,
-                "tirx.sinh": _sinh, "tirx.cosh": _cosh}
+                "tirx.sinh": _sinh, "tirx.cosh": _cosh, "tirx.isnan": _is_nan}
 
 
 def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with float32 exp, erf, tanh, sigmoid, sinh and cosh written as vectorizable
-    arithmetic."""
+    """``func`` with float32 exp, erf, tanh, sigmoid, sinh, cosh and isnan written as
+    vectorizable arithmetic."""
 
     def rewrite(call):
         name = call.op.name if isinstance(call.op, tvm.ir.Op) else None
-        if name not in _VECTOR_MATH or str(call.ty) != "float32":
+        if name not in _VECTOR_MATH or str(call.args[0].ty) != "float32":
             return call
         x = tirx.Var("x", "float32")
         return tirx.Let(x, call.args[0], _VECTOR_MATH[name](x))

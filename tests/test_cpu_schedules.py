@@ -573,7 +573,9 @@ SPECIAL = [0.0, -0.0, 1e-30, -1e-30, 88.7, 88.72, 89.0, -87.3, -87.4, -103.0, -2
 def test_vector_math_is_accurate_and_calls_no_libm(name, ulps):
     """float32 exp, erf, tanh and sigmoid of default-scheduled kernels are polynomials that
     vectorize: within a few units in the last place of float64 NumPy, right at inf, NaN,
-    overflow and underflow, and no scalar libm call per lane."""
+    overflow and underflow, no scalar libm call per lane, and TVM's vectors of the target's
+    width (its vectorizer scalarized a parallel kernel's loop holding TVM's isnan, and LLVM
+    vectorized that at half AVX-512's width)."""
     import math
     import re
 
@@ -587,6 +589,11 @@ def test_vector_math_is_accurate_and_calls_no_libm(name, ulps):
     assert not {"expf", "erff", "tanhf", "sinhf", "coshf"} & set(
         re.findall(r"call\w*\s+(\w+)", assembly))
     assert "cpu_schedule_rule" in str(_scheduled_kernels(mod))  # not the generic build
+    with HOST.tvm_target() as target:
+        lanes = cs.vector_lanes(target, "float32")
+    code = module.library.mod.imports[0].inspect_source("ll")
+    assert f"<{lanes} x float>" in code
+    assert not re.findall(r"<(\d+) x float>", code.replace(f"<{lanes} x float>", "")), lanes
     (got,) = module.run([xs])
     x = xs.astype(np.float64)
     with np.errstate(over="ignore"):
@@ -602,6 +609,28 @@ def test_vector_math_is_accurate_and_calls_no_libm(name, ulps):
     ok = ~special
     error = np.abs(got[ok] - want[ok]) / np.spacing(np.abs(want32[ok]))
     assert error.max() <= ulps, (xs[ok][np.argmax(error)], error.max())
+
+
+def test_isnan_vectorizes_at_the_targets_width():
+    """ONNX's IsNaN (and the NaN tests of the vector math) as a test of the bits, which TVM's
+    vectorizer takes (it scalarized a parallel kernel's loop holding TVM's own isnan)."""
+    import re
+
+    # NaNs of other payloads and signs too, made as bits.
+    xs = np.concatenate([np.linspace(-5, 5, 4096 - len(SPECIAL) - 4, dtype=np.float32),
+                         np.array(SPECIAL, np.float32),
+                         np.array([0x7F800001, 0x7FFFFFFF, 0xFF800001, 0xFFC00000],
+                                  np.uint32).view(np.float32)])
+    mod = relax_module({"x": (xs.shape, "float32")}, lambda v: relax.op.isnan(v))
+    module = compile_module(mod, HOST)
+    with HOST.tvm_target() as target:
+        lanes = cs.vector_lanes(target, "bool")  # the output's width sets the vectors'
+    code = module.library.mod.imports[0].inspect_source("ll")
+    assert f"<{lanes} x i32>" in code, lanes
+    assert not re.findall(r"<(\d+) x (?:float|i32)>", code.replace(f"<{lanes} x ", "")), lanes
+    (got,) = module.run([xs])
+    assert got.dtype == np.bool_
+    np.testing.assert_array_equal(got, np.isnan(xs))
 
 
 # --- whole builds ------------------------------------------------------------------------
