@@ -1047,21 +1047,30 @@ def _nan_kept(x, value):
     return tirx.Select(_is_nan(x), x, value)
 
 
-def _exp(x):
-    """Cephes' expf: x = n ln2 + r (ln2 in two parts), exp(r) by a degree-7 polynomial, 2^n
-    from the exponent bits; 0 below ln(FLT_MIN) (no denormals), inf above ln(FLT_MAX)."""
-    c = tirx.max(tirx.min(x, _f32(88.72283905206835)), _f32(-87.33654475055310))
+_EXP_LOW, _EXP_HIGH = -87.33654475055310, 88.72283905206835  # ln(FLT_MIN), ln(FLT_MAX)
+
+
+def _exp_within(c, past_127: bool):
+    """Cephes' expf of ``c`` in [_EXP_LOW, _EXP_HIGH]: c = n ln2 + r (ln2 in two parts), exp(r)
+    by a degree-7 polynomial, 2^n from the exponent bits. ``past_127``: c may exceed 88.03,
+    so n may be 128, past what one exponent holds: 2^n as 2^(n // 2) 2^(n - n // 2)."""
     n = tirx.floor(c * _f32(1.44269504088896341) + _f32(0.5))
     r = c - n * _f32(0.693359375) + n * _f32(2.12194440e-4)
     p = _horner(r, (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                     1.6666665459e-1, 5.0000001201e-1))
     y = p * r * r + r + _f32(1.0)
-    # 2^n as 2^(n // 2) 2^(n - n // 2): n spans [-126, 128], past what one exponent holds.
     n = tirx.Cast("int32", n)
+    if not past_127:
+        return y * _power_of_two(n)
     low = tirx.shift_right(n, tirx.const(1, "int32"))
-    value = y * _power_of_two(low) * _power_of_two(n - low)
-    value = tirx.Select(x < _f32(-87.33654475055310), _f32(0.0), value)
-    return _nan_kept(x, tirx.Select(x > _f32(88.72283905206835), _f32(float("inf")), value))
+    return y * _power_of_two(low) * _power_of_two(n - low)
+
+
+def _exp(x):
+    """expf: 0 below ln(FLT_MIN) (no denormals), inf above ln(FLT_MAX)."""
+    value = _exp_within(tirx.max(tirx.min(x, _f32(_EXP_HIGH)), _f32(_EXP_LOW)), past_127=True)
+    value = tirx.Select(x < _f32(_EXP_LOW), _f32(0.0), value)
+    return _nan_kept(x, tirx.Select(x > _f32(_EXP_HIGH), _f32(float("inf")), value))
 
 
 def _power_of_two(n):
@@ -1099,7 +1108,11 @@ def _tanh(x):
 
 
 def _sigmoid(x):
-    return _f32(1.0) / (_f32(1.0) + _exp(-x))
+    """1 / (1 + e^-x), e^-x with -x held in [ln(FLT_MIN), 88]: beyond, the sigmoid is 1, or
+    under FLT_MIN, either way (so no test of the bounds, and one power of two: a third fewer
+    instructions than exp's, for EfficientNet's every SiLU)."""
+    e = _exp_within(tirx.max(tirx.min(-x, _f32(88.0)), _f32(_EXP_LOW)), past_127=False)
+    return _nan_kept(x, _f32(1.0) / (_f32(1.0) + e))
 
 
 def _cosh_sinh_large(a):
