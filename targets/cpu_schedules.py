@@ -250,7 +250,10 @@ def _inline_spatial(sch: s_tir.Schedule, keep=()) -> None:
 
 def _schedule_spatial(sch: s_tir.Schedule, block, target: Target) -> None:
     """Fuses a spatial loop nest, runs its outer part in parallel and vectorizes its innermost
-    axis by a power of two that divides it."""
+    axis by a power of two that divides it. Where a read gathers along that axis (a channel
+    shuffle's permuted channels), the loop over its vectors goes outermost, serial: the
+    gathers that only the innermost axis indexes (a shuffled channel's scale and shift) then
+    stay the same over the parallel loop inside, and LLVM loads them once."""
     loops = list(sch.get_loops(block))
     if not loops:
         return
@@ -265,11 +268,49 @@ def _schedule_spatial(sch: s_tir.Schedule, block, target: Target) -> None:
                 loops[-1], inner = sch.split(loops[-1], factors=[None, factor])
             else:
                 inner = loops.pop()
-    if loops:
+    if inner is not None and len(loops) > 1 and _gathers_innermost(sch.get(block), factor):
+        vectors = loops.pop()
+        sch.reorder(vectors, *loops)
+        rest = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        # The vectors' loop in parallel where it shares out well over the cores; else the
+        # loop inside it (one fork and join per vector).
+        many = (_extent(sch, vectors) or 0) >= 4 * _cores(target)
+        _maybe_parallel(sch, vectors if many else rest, work, target)
+    elif loops:
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         _maybe_parallel(sch, fused, work, target)
     if inner is not None:
         sch.vectorize(inner)
+
+
+def _gathers_innermost(block: s_tir.SBlock, lanes: int) -> bool:
+    """Whether a vector of ``lanes`` of the innermost iterator of ``block`` reads elements
+    apart in some operand's innermost dimension (a gather): there, each lane's index is not
+    the lane plus what is the same for every lane."""
+    if not block.iter_vars:
+        return False
+    iterator = block.iter_vars[-1]
+    last, extent = iterator.var, _static(iterator.dom.extent)
+    if extent is None:
+        return False
+    vector, lane = tirx.Var("vector", last.ty), tirx.Var("lane", last.ty)
+    analyzer = tvm.sym.Analyzer()
+    analyzer.bind(vector, tvm.ir.Range(0, extent // lanes))
+    analyzer.bind(lane, tvm.ir.Range(0, lanes))
+    for region in block.reads:
+        if not region.region:
+            continue
+        start = region.region[-1].min
+        if not _uses(collect_vars_used_in_prim_expr(start), last):
+            continue
+        split = vector * lanes + lane
+        start = analyzer.simplify(tvm_ffi.structural_map(
+            start, (tirx.Var, lambda var: split if var.same_as(last) else var), order="post"))
+        linear = detect_linear_equation(start, [lane])
+        if len(linear) != 2 or not (isinstance(linear[0], tirx.IntImm) and linear[0].value == 1) \
+                or _uses(collect_vars_used_in_prim_expr(linear[1]), lane):
+            return True
+    return False
 
 
 def _vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
