@@ -78,6 +78,7 @@ _SPATIAL_BAND = 4
 # MobileNetV2 4.3 / - / 3.6 / 3.6; BERT-base, ViT-B/16 and GPT-2 unchanged within noise.
 _B_INSIDE_MAX_BYTES = 512 << 10
 _has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 
 
 class _Schedule(s_tir.Schedule):
@@ -248,17 +249,28 @@ def _inline_spatial(sch: s_tir.Schedule, keep=()) -> None:
                 break
 
 
-def _schedule_spatial(sch: s_tir.Schedule, block, target: Target) -> None:
+def _schedule_spatial(sch: s_tir.Schedule, block, target: Target,
+                      partition: bool = False) -> None:
     """Fuses a spatial loop nest, runs its outer part in parallel and vectorizes its innermost
     axis by a power of two that divides it. Where a read gathers along that axis (a channel
     shuffle's permuted channels), the loop over its vectors goes outermost, serial: the
     gathers that only the innermost axis indexes (a shuffled channel's scale and shift) then
-    stay the same over the parallel loop inside, and LLVM loads them once."""
+    stay the same over the parallel loop inside, and LLVM loads them once. Where a condition
+    on the innermost axis picks what an element is (a concatenation's parts, padded
+    channels), that loop is partitioned where the condition changes, each part vectorized,
+    if ``partition`` (a kernel of its own: in a rule's own pass over the kernel the parts
+    would be blocks it does not expect)."""
     loops = list(sch.get_loops(block))
     if not loops:
         return
     work = _work(sch, loops)
     lanes = vector_lanes(target, _out_dtype(sch, block))
+    cuts = _innermost_cuts(sch.get(block)) if partition and lanes >= 2 and len(loops) > 1 \
+        else []
+    if cuts and _partitioned_innermost(sch, loops, cuts, lanes):
+        fused = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        _maybe_parallel(sch, fused, work, target)
+        return
     inner = None
     extent = _extent(sch, loops[-1])
     if extent is not None and extent >= 2 and lanes >= 2:
@@ -281,6 +293,65 @@ def _schedule_spatial(sch: s_tir.Schedule, block, target: Target) -> None:
         _maybe_parallel(sch, fused, work, target)
     if inner is not None:
         sch.vectorize(inner)
+
+
+# Where a comparison of an iterator v with a constant c changes: v OP c at c + this, c OP v at
+# c + 1 - this (v < c and c <= v at c, v <= c and c < v at c + 1).
+_COMPARISONS = {tirx.LT: 0, tirx.LE: 1, tirx.GT: 1, tirx.GE: 0}
+
+
+def _innermost_cuts(block: s_tir.SBlock) -> list[int]:
+    """Where the conditions of ``block``'s if_then_else change along its innermost iterator,
+    when each compares that iterator alone with a constant (a concatenation's parts, padded
+    channels); [] where there is none, or a condition uses the iterator otherwise (TVM's
+    vectorizer scalarizes a loop whose lanes take either branch)."""
+    if not block.iter_vars:
+        return []
+    last, extent = block.iter_vars[-1].var, _static(block.iter_vars[-1].dom.extent)
+    conditions = []
+    tvm_ffi.structural_walk(block.body, (tvm.ir.expr.Call, lambda call: conditions.append(
+        call.args[0]) if call.op.same_as(_IF_THEN_ELSE) else None), order="post")
+    if extent is None or not conditions:
+        return []
+    cuts, other = set(), []
+
+    def compare(node):
+        if not any(isinstance(side, tirx.Var) and side.same_as(last) for side in (node.a, node.b)):
+            return None
+        bound = next((side for side in (node.a, node.b) if isinstance(side, tirx.IntImm)), None)
+        past = _COMPARISONS[type(node)]
+        if bound is None:
+            other.append(node)
+        else:
+            cuts.add(bound.value + (past if node.a.same_as(last) else 1 - past))
+        return tvm_ffi.WalkResult.SKIP
+
+    def var(node):
+        if node.same_as(last):  # used otherwise than compared with a constant
+            other.append(node)
+
+    for condition in conditions:
+        tvm_ffi.structural_walk(condition, [(tuple(_COMPARISONS), compare), (tirx.Var, var)],
+                                order="pre")
+    return [] if other else sorted(c for c in cuts if 0 < c < extent)
+
+
+def _partitioned_innermost(sch: s_tir.Schedule, loops: list, cuts: list[int],
+                           lanes: int) -> bool:
+    """The innermost of ``loops`` split into vectors by a power of two of at most ``lanes``
+    that divides it and every cut, and the loop over those vectors partitioned at ``cuts``
+    (each part's conditions then hold throughout, so its vectors take one branch); False,
+    and nothing done, where no such power of two reaches 2."""
+    extent = _extent(sch, loops[-1])
+    factor = _pow2_divisor(math.gcd(extent, *cuts), lanes) if extent is not None else 1
+    if factor < 2:
+        return False
+    vectors, lane = sch.split(loops[-1], factors=[None, factor])
+    sch.vectorize(lane)
+    bounds = [cut // factor for cut in cuts]
+    # The parts' sizes, the last one (the rest) left out.
+    sch.loop_partition(vectors, [end - start for start, end in zip([0, *bounds], bounds)])
+    return True
 
 
 def _gathers_innermost(block: s_tir.SBlock, lanes: int) -> bool:
@@ -861,7 +932,7 @@ class Injective(_Rule):
             return False
         _inline_spatial(sch)
         for block in _root_blocks(sch):
-            _schedule_spatial(sch, block, target)
+            _schedule_spatial(sch, block, target, partition=True)
         return True
 
 

@@ -146,6 +146,26 @@ def test_padding_gather_and_concatenation():
     check(mod, [a, b, idx], [padded, a[:, idx], np.concatenate([a, b], 1)], "Injective")
 
 
+@pytest.mark.parametrize("parts,lanes", [((64, 32, 96), 16), ((48, 40), 8), ((3, 5), 1)])
+def test_a_concatenation_of_channels_copies_whole_vectors(parts, lanes):
+    """DenseNet's and Inception's concatenations in NHWC: each element picks its part by its
+    channel, and TVM's vectorizer scalarized the loop whose lanes could take either; the
+    channel loop is now partitioned where the parts meet, by vectors of the largest power of
+    two (at most the target's 16) dividing every part, each part a loop of whole vectors.
+    Parts no even count divides keep the one loop."""
+    arrays = [data((1, 5, 7, c)) for c in parts]
+    mod = relax_module({f"x{n}": ((1, 5, 7, c), "float32") for n, c in enumerate(parts)},
+                       lambda *xs: relax.op.concat(list(xs), axis=3))
+    (kernel,) = [f.script() for f in _scheduled_kernels(mod).functions.values()
+                 if isinstance(f, tvm.tirx.PrimFunc)]
+    if lanes > 1:
+        assert kernel.count("_partition") == len(parts), kernel
+        assert kernel.count(f"T.vectorized(T.int64({lanes}))") == len(parts), kernel
+    else:
+        assert "_partition" not in kernel, kernel
+    check(mod, arrays, [np.concatenate(arrays, axis=3)], "Injective")
+
+
 def _outermost_loop(mod, name):
     kernel = next(f for gv, f in _scheduled_kernels(mod).functions_items() if gv.name_hint == name)
     loops = []
