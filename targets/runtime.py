@@ -23,6 +23,7 @@ from toolchain import ToolchainMissing
 from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
+from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
@@ -738,6 +739,8 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
     workload matches at compile time); weights it lays out go to ``weight_files``."""
     target = spec.tvm_target()
     rewrites = conv_rewrites(target) if spec.conv_rewrites else []
+    if "cpu-default" in spec.schedules:
+        rewrites.append(powers_by_roots)
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)

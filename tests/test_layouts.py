@@ -297,6 +297,30 @@ def test_wide_3x3_convolutions_compute_by_winograd_as_onnxruntime_does(wide_3x3_
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("beta, roots", [(0.75, 2), (0.5, 1), (0.6, 0)])
+def test_lrn_powers_by_0_75_and_0_5_compute_by_square_roots(beta, roots):
+    """LRN's (bias + alpha / size * window sum) ^ beta: for beta 0.75 (AlexNet's, GoogLeNet's)
+    and 0.5 by square roots, which vectorize, where a power is a libm call per element
+    (GoogLeNet's first LRN took a fifth of its run); other betas keep the power. Each within
+    a few units in the last place of onnxruntime's (its window sums round otherwise; beta 0.6,
+    a power, is as far), zeros and large values included."""
+    graph = helper.make_graph(
+        [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=2e-3, beta=beta, bias=1.5)],
+        "lrn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 24, 5, 7))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 24, 5, 7))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 10)
+    spec = targets.host_cpu()
+    kernels = fused_kernels(import_model(model).build_module(), spec)
+    script = "\n".join(f.script() for f in kernels.functions.values()
+                       if isinstance(f, tvm.tirx.PrimFunc))
+    assert (script.count("T.sqrt(") == roots) and (("T.pow(" in script) == (roots == 0))
+    x = RNG.standard_normal((1, 24, 5, 7)).astype(np.float32) * 30
+    x[0, :3] = 0
+    for got, want in kernels_and_onnxruntime(model, x, spec):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
 def test_winograd_convolutions_of_one_shape_share_one_kernel():
     """Three same-shape 3x3 convolutions with their own weights (a ResNet stage's): one
     Winograd kernel made once, called three times, each with its weights, as onnxruntime."""
