@@ -271,16 +271,17 @@ def _schedule_spatial(sch: s_tir.Schedule, block, target: Target,
         fused = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         _maybe_parallel(sch, fused, work, target)
         return
-    inner = None
+    inner, vectors = None, None
     extent = _extent(sch, loops[-1])
     if extent is not None and extent >= 2 and lanes >= 2:
         factor = _pow2_divisor(extent, lanes)
         if factor >= 2:
             if factor < extent:
-                loops[-1], inner = sch.split(loops[-1], factors=[None, factor])
+                vectors, inner = sch.split(loops[-1], factors=[None, factor])
+                loops[-1] = vectors
             else:
                 inner = loops.pop()
-    if inner is not None and len(loops) > 1 and _gathers_innermost(sch.get(block), factor):
+    if vectors is not None and len(loops) > 1 and _gathers_innermost(sch.get(block), factor):
         vectors = loops.pop()
         sch.reorder(vectors, *loops)
         rest = sch.fuse(*loops) if len(loops) > 1 else loops[0]

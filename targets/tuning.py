@@ -142,7 +142,7 @@ class TuningDatabase:
         files = (self.directory / _WORKLOADS, self.directory / _RECORDS)
         stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size)
                       for f in (*files, self.directory / _TARGET_FILE) if f.exists())
-        retime = self._defaults_to_time(_kernel_workloads(kernels), self._tables()[0])
+        retime = self.untimed_defaults(_kernel_workloads(kernels), self._tables()[0])
         if retime:
             _warn_once(f"{len(retime)} of the model's kernels keep their default schedule, "
                        f"not their records in {self.directory}: the records were measured "
@@ -181,7 +181,7 @@ class TuningDatabase:
         meta.setdefault("default_schedule_digests", {}).update(schedules or {})
         self._write_metadata(meta)
 
-    def _defaults_to_time(self, workloads: dict[str, tvm.IRModule],
+    def untimed_defaults(self, workloads: dict[str, tvm.IRModule],
                           among: Iterable[str]) -> dict[str, str]:
         """Of ``workloads`` (hash -> kernel module) those in ``among`` whose default schedule
         was never timed, or was timed as another schedule than the target's default rules
@@ -471,8 +471,8 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     budget = (trials - sum(counts)) if trials is not None else 1 << 30
     # Timed once, and again where the default rules have changed since (with the budget spent
     # too: that is what makes the records apply again).
-    untimed = database._defaults_to_time({h: t.dispatched[0] for h, t in zip(hashes, tasks)},
-                                         hashes)
+    untimed = database.untimed_defaults({h: t.dispatched[0] for h, t in zip(hashes, tasks)},
+                                        hashes)
     if not tasks or (budget <= 0 and not untimed):
         return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
     # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
