@@ -667,6 +667,38 @@ def test_vector_math_is_accurate_and_calls_no_libm(name, ulps):
     assert error.max() <= ulps, (xs[ok][np.argmax(error)], error.max())
 
 
+@pytest.mark.parametrize("name", ["exp", "erf", "tanh", "sigmoid"])
+def test_float16_vector_math_computes_in_float32(name):
+    """float16 exp, erf, tanh and sigmoid go through the same float32 polynomials (cast in
+    and out), not LLVM's float16 lowering: each within one float16 unit in the last place of
+    float64 NumPy's, right at inf and NaN."""
+    import math
+
+    xs = np.concatenate([np.linspace(-12, 12, 20001), [0.0, np.inf, -np.inf, np.nan]]).astype(
+        np.float16)
+    op = {"exp": relax.op.exp, "erf": relax.op.erf, "tanh": relax.op.tanh,
+          "sigmoid": relax.op.sigmoid}[name]
+    mod = relax_module({"x": (xs.shape, "float16")}, op)
+    kernels = _scheduled_kernels(mod)
+    rewritten = [cs.vector_math(f).script() for f in kernels.functions.values()
+                 if isinstance(f, tvm.tirx.PrimFunc)]
+    assert not any(f"T.{name}(" in script for script in rewritten), rewritten
+    (got,) = compile_module(mod, HOST).run([xs])
+    x = xs.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = {"exp": np.exp, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+                "erf": np.vectorize(lambda v: math.erf(v) if np.isfinite(v) else
+                                    (v if np.isnan(v) else np.sign(v)))}[name](x)
+        want16 = want.astype(np.float16)  # correctly rounded: inf past float16's top
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want16))
+    finite = np.isfinite(want16)
+    np.testing.assert_array_equal(got[~finite], want16[~finite])
+    error = np.abs(got[finite].astype(np.float64) - want[finite]) / np.spacing(
+        np.maximum(np.abs(want16[finite]), np.finfo(np.float16).tiny))
+    assert error.max() <= 1, (xs[finite][np.argmax(error)], error.max())
+
+
 def test_isnan_vectorizes_at_the_targets_width():
     """ONNX's IsNaN (and the NaN tests of the vector math) as a test of the bits, which TVM's
     vectorizer takes (it scalarized a parallel kernel's loop holding TVM's own isnan)."""
