@@ -629,8 +629,13 @@ def _pad_tiles(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
         return
     padding = [1] * len(info.iters)
     if j_extent > lanes and _pow2_divisor(j_extent, lanes) == 1:
-        padding[axes.j] = lanes
-        j_extent = -(-j_extent // lanes) * lanes
+        vectors = -(-j_extent // lanes)
+        # A count of vectors neither 2 nor 3 divides tiles one vector at a time (a load of B
+        # for each of A's broadcasts); one vector more makes tiles of two: ViT-B/16's Q K^T,
+        # 13 -> 14 vectors, ran 16-18% faster.
+        step = lanes * (2 if vectors % 2 and vectors % 3 else 1)
+        padding[axes.j] = step
+        j_extent = -(-j_extent // step) * step
     if _pow2_divisor(j_extent, lanes) < 2:
         return  # no vector of j to tile (the rule declines it)
     _, _, rows = _tile_shape(target, dtype, j_extent, i_extent, max_rows)

@@ -301,17 +301,25 @@ def _guards_of_updates(scheduled) -> list:
     return [g for g in found if not (isinstance(g, tvm.tirx.IntImm) and int(g) == 1)]
 
 
-@pytest.mark.parametrize("b,m,k,n", [(12, 197, 64, 197), (2, 5, 8, 33), (3, 13, 7, 17)])
-def test_batch_matmul_of_odd_extents_is_padded_to_whole_tiles(b, m, k, n):
+@pytest.mark.parametrize("b,m,k,n,padded", [(12, 197, 64, 197, 224), (2, 5, 8, 33, 48),
+                                             (3, 13, 7, 17, 32)])
+def test_batch_matmul_of_odd_extents_is_padded_to_whole_tiles(b, m, k, n, padded):
     """Attention scores over an odd number of tokens (ViT's 197): no vector width divides j
     and no row tile divides i; both are padded (the Fallback rule took them before), and no
-    step is guarded."""
+    step is guarded. j is padded to whole tiles of two or three vectors, not one (ViT's 13
+    vectors to 14: 16-18% faster)."""
     x, y, s = data((b, m, k)), data((b, k, n)), data((n,))
     mod = relax_module({"x": ((b, m, k), "float32"), "y": ((b, k, n), "float32")},
                        lambda u, v: relax.op.add(relax.op.multiply(
                            relax.op.matmul(u, v), relax.const(0.125)), const(s)))
     assert list(rules_of(mod).values()) == ["Contraction"]
     assert _guards_of_updates(_scheduled_kernels(mod)) == []
+    (kernel,) = [f.script() for f in _scheduled_kernels(mod).functions.values()
+                 if isinstance(f, tvm.tirx.PrimFunc)]
+    lanes = cs.vector_lanes(HOST.tvm_target(), "float32")
+    if lanes == 16:  # the extents above are AVX-512's
+        assert f"y_pad = T.sblock_alloc_buffer((T.int64({b}), T.int64({k}), T.int64({padded})))" \
+            in kernel, kernel
     check(mod, [x, y], [np.matmul(x, y) * np.float32(0.125) + s], rtol=1e-4)
 
 
