@@ -4,7 +4,9 @@ rest, applied by one driver (``default_schedules``) in this order:
 
 - ``Injective``: kernels of spatial loops only (elementwise, broadcast, transpose, gather,
   padding). Producers are inlined; each remaining loop nest has its loops fused, its outer
-  part run in parallel and its innermost axis vectorized.
+  part run in parallel and its innermost axis vectorized; that axis partitioned where a
+  condition on it picks the operand (a concatenation's parts), and its vectors looped over
+  outermost where their lanes gather (a channel shuffle).
 - ``Contraction``: one multiply-accumulate reduction, ``C[.., i, j] += A[.., i, k] *
   B[.., k, j]`` (matmul, batch matmul, dense, convolutions in NHWC), with its elementwise
   epilogue (bias, batch norm, activations, residual adds): register tiles of a few rows of i
@@ -34,11 +36,12 @@ place); ``Fallback`` takes every kernel, so none is left unscheduled. Vectors an
 split loops by divisors (no tail to guard; Rows guards a row's last, partial vector); where
 none divides an odd j, or no tile of rows divides i, ``Contraction`` pads them to whole tiles
 first (TVM's pad_einsum: zeros added to copies of the operands, the result's own elements
-written back; a constant's copy made when compiling). Vector widths
+written back; a constant's copy made when compiling; j to a count of vectors 2 or 3
+divides). Vector widths
 come from the target's features (AVX-512: 16 float32 lanes, AVX/AVX2: 8, SSE and NEON: 4).
 The rule that scheduled a kernel is named in its ``cpu_schedule_rule`` attribute, and those
-kernels compute exp, erf, tanh, sigmoid, sinh and cosh by polynomials that vectorize
-(``vector_math``).
+kernels compute exp, erf, tanh, sigmoid, sinh and cosh by polynomials that vectorize, and
+isnan by a test of the bits (``vector_math``).
 """
 
 from __future__ import annotations
