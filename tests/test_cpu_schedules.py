@@ -579,8 +579,10 @@ def test_row_reductions_accumulate_a_vector_of_partial_results(shape, dtype, lan
     # softmax: max and sum; layer norm: mean and variance (or sum of squares); RMS: mean
     assert sum(len(p) for p in partials.values()) >= 4 and \
         {n for p in partials.values() for n in p} == {lanes}, partials
-    tolerance = 1e-5 if dtype == "float32" else 1e-2
-    check(mod, [x], _row_stages(x, gamma, beta), rtol=tolerance, atol=tolerance / 10)
+    # atol: a normalized value times gamma plus beta is O(1) to O(5) before it cancels to
+    # near 0 (1.3e-6 off seen there for float32 with 768-element rows).
+    tolerance, atol = (1e-5, 5e-6) if dtype == "float32" else (1e-2, 1e-3)
+    check(mod, [x], _row_stages(x, gamma, beta), rtol=tolerance, atol=atol)
 
 
 @pytest.mark.parametrize("shape", [(3, 50), (4, 37), (2, 768)])

