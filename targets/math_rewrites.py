@@ -2,10 +2,11 @@
 keeps the results within 2 units in the last place.
 
 - powers_by_roots: a float power by the constant 0.5 or 0.75 (LRN's usual beta: AlexNet's,
-  GoogLeNet's, ONNX's default) as square roots, each correctly rounded (NaN for a negative base,
-  as the power's): a power is a libm call per element that no CPU kernel vectorizes, and
-  GoogLeNet's first LRN took a fifth of its pure-TVM run. What a vendor plugin took (oneDNN's
-  LRN) was partitioned out before, and keeps its power.
+  GoogLeNet's, ONNX's default) as square roots, each correctly rounded: a power is a libm call
+  per element that no CPU kernel vectorizes, and GoogLeNet's first LRN took a fifth of its
+  pure-TVM run. As the power, NaN for a negative base, +0 for -0 and +inf for -inf (where a
+  square root gives -0 and NaN). What a vendor plugin took (oneDNN's LRN) was partitioned out
+  before, and keeps its power.
 """
 
 from __future__ import annotations
@@ -36,12 +37,19 @@ def _root_power(call: relax.Call) -> float | None:
 class _PowersByRoots(relax.expr_functor.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if op_name(call) != "relax.power" or _root_power(call) is None:
+        exponent = _root_power(call) if op_name(call) == "relax.power" else None
+        if exponent is None:
             return call
-        root = self.builder_.emit(relax.op.sqrt(call.args[0]))
-        if _root_power(call) == 0.5:
-            return root
-        return relax.op.multiply(root, self.builder_.emit(relax.op.sqrt(root)))
+        base, emit = call.args[0], self.builder_.emit
+        dtype = str(base.ty.dtype)
+        root = emit(relax.op.sqrt(base))
+        if exponent == 0.5:  # sqrt(-0) is -0 (TVM folds an added +0 away)
+            zero = relax.const(0.0, dtype)
+            power = relax.op.where(emit(relax.op.equal(base, zero)), zero, root)
+        else:  # -0 * -0 is +0
+            power = relax.op.multiply(root, emit(relax.op.sqrt(root)))
+        minus_inf = emit(relax.op.equal(base, relax.const(float("-inf"), dtype)))
+        return relax.op.where(minus_inf, relax.const(float("inf"), dtype), emit(power))
 
 
 @tvm.transform.module_pass(opt_level=0, name="PowersByRoots")

@@ -3,6 +3,7 @@ around them following, channel constants made full rank so that they can follow,
 for prepacking; the numbers stay onnxruntime's."""
 
 import dataclasses
+import math
 
 import numpy as np
 import onnx
@@ -428,3 +429,31 @@ def test_a_prepacked_weight_is_laid_out_with_numpy_as_its_kernel_would():
     for kernel in (_scaled_layout_kernel(), _layout_kernel(rows=32),
                    _layout_kernel(dtype="bfloat16")):
         assert _numpy_layout(kernel) is None
+
+
+@pytest.mark.parametrize("exponent", [0.5, 0.75])
+def test_powers_by_roots_keep_the_powers_special_values(exponent):
+    """ONNX's Pow by 0.5 or 0.75 as square roots gives what the power gives (C's pow, as
+    onnxruntime's; NumPy's takes a square root for 0.5): NaN below 0, +0 for -0 and +inf for
+    -inf, where a square root alone gives -0 and NaN."""
+    graph = helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"])], "pow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (12,))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (12,))],
+        [numpy_helper.from_array(np.array(exponent, np.float32), "e")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, 10)
+    spec = targets.host_cpu()
+    script = "\n".join(f.script() for f in fused_kernels(
+        import_model(model).build_module(), spec).functions.values()
+        if isinstance(f, tvm.tirx.PrimFunc))
+    assert "T.sqrt(" in script and "T.pow(" not in script
+    x = np.array([-np.inf, -2.0, -0.0, 0.0, 1e-30, 0.3, 1.0, 2.0, 7.5, 1e30, np.inf, np.nan],
+                 np.float32)
+    ((got, want),) = kernels_and_onnxruntime(model, x, spec)
+    c_pow = np.array([math.pow(v, exponent) if v >= 0 or v == -math.inf or math.isnan(v)
+                      else math.nan for v in x.astype(float)])
+    np.testing.assert_allclose(got, c_pow, rtol=2e-7, atol=0)
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+    finite = ~np.isnan(got)
+    np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))
