@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -120,18 +121,47 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+# AMX's features, as /proc/cpuinfo and LLVM name them (see targets.amx).
+_AMX_FLAGS = {"amx_tile": "amx-tile", "amx_bf16": "amx-bf16"}
+
+
+def _amx_granted() -> bool:
+    """Whether Linux lends this process AMX's tile state (5.16 and later do, on request)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)
+    except (OSError, AttributeError):
+        return False
+
+
+def _host_mattr(mcpu: str) -> list[str]:
+    """Features this machine has that LLVM's ``mcpu`` lacks, which generated code may use: AMX
+    under a hypervisor that names another CPU model (a KVM Xeon with AMX shows as rocketlake)."""
+    if platform.machine() != "x86_64" or not set(_AMX_FLAGS) <= _host_cpu_flags():
+        return []
+    features = tvm.target.codegen.llvm_get_cpu_features(
+        tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+    missing = [f"+{f}" for f in _AMX_FLAGS.values() if f not in features]
+    return missing if missing and _amx_granted() else []
+
+
 @lru_cache(maxsize=None)
 def host_cpu() -> TargetSpec:
-    """The CPU this process runs on, as LLVM names it, with its usable core count."""
+    """The CPU this process runs on, as LLVM names it (with the features LLVM's name for it
+    lacks), with its usable core count."""
     mcpu = tvm.target.codegen.llvm_get_system_cpu()
     cores = cpu_count()
+    mattr = _host_mattr(mcpu)
     return TargetSpec(
         name="host-cpu",
-        target={"kind": "llvm", "mcpu": mcpu, "num-cores": cores},
+        target={"kind": "llvm", "mcpu": mcpu, **({"mattr": mattr} if mattr else {}),
+                "num-cores": cores},
         device_kind="cpu",
-        description=f"this machine's CPU (LLVM mcpu {mcpu}, {cores} cores)",
+        description=f"this machine's CPU (LLVM mcpu {mcpu}{''.join(' ' + f for f in mattr)}, "
+                    f"{cores} cores)",
         layouts=CPU_LAYOUTS, prepack_weights=True, conv_rewrites=True,
         schedules=("database", "cpu-default"),
+        cpu_flags=tuple(flag for flag, feature in _AMX_FLAGS.items() if f"+{feature}" in mattr),
     )
 
 

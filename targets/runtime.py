@@ -23,6 +23,7 @@ from toolchain import ToolchainMissing
 from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
+from .amx import amx_matmuls, has_amx
 from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
@@ -741,6 +742,8 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
     rewrites = conv_rewrites(target) if spec.conv_rewrites else []
     if "cpu-default" in spec.schedules:
         rewrites.append(powers_by_roots)
+        if has_amx(target):
+            rewrites.append(amx_matmuls)
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)

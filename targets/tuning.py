@@ -458,7 +458,8 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
         log.info("measuring on %d RPC servers under key %r at %s", fleet.workers,
                  tracker.key, tracker.address)
     target = spec.tvm_target()
-    tasks = _by_arithmetic(ms.relax_integration.extract_tasks(fused_kernels(mod, spec), target))
+    tasks = _by_arithmetic([t for t in ms.relax_integration.extract_tasks(
+        fused_kernels(mod, spec), target) if not _scheduled_already(t)])
     database = TuningDatabase(spec, cache_dir)
     if database.has_records() and database.foreign_reason():
         raise TuningUnavailable(f"{database.directory} holds records it cannot extend: "
@@ -596,6 +597,13 @@ def _time_default_schedules(tasks: list, hashes: list[str], untimed: dict[str, s
                     seconds[h] = _run_seconds([float(s) for s in result.run_secs])
             bar.update()
     database.add_default_seconds(seconds, {h: untimed[h] for h in seconds})
+
+
+def _scheduled_already(task) -> bool:
+    """Whether the task's kernel came scheduled (targets.amx's AMX kernels): nothing to tune."""
+    return any(isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None
+               and bool(func.attrs.get("tirx.is_scheduled", False))
+               for func in task.dispatched[0].functions.values())
 
 
 def _by_arithmetic(tasks: list) -> list:

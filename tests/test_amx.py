@@ -1,0 +1,151 @@
+"""Matrix products on AMX tiles (targets.amx): the bfloat16 parts of a float32 sum to it, the
+kernels lay them out as AMX reads them, and where the host has AMX a matmul by constant
+weights computes on it with float32's accuracy (against float64 NumPy) and float32's
+infinities and NaNs."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, te
+
+import targets
+from targets import amx
+from targets.runtime import compile_module, fused_kernels
+from targets.tuning import _scheduled_already
+
+from test_cpu_schedules import const, relax_module
+
+HOST = targets.host_cpu()
+HOST_HAS_AMX = amx.has_amx(HOST.tvm_target())
+needs_amx = pytest.mark.skipif(not HOST_HAS_AMX, reason="this CPU has no AMX (amx_tile, amx_bf16)")
+RNG = np.random.default_rng(11)
+SPECIAL = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -3.0, 3.4e38, -1e-30, 1.5e-38],
+                   np.float32)
+
+
+def as_float(parts):
+    return (parts.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_parts_sum_to_the_float32():
+    values = np.concatenate([RNG.standard_normal(4000).astype(np.float32) * scale
+                             for scale in (1e-20, 1e-3, 1.0, 7e3, 1e30)] + [SPECIAL])
+    parts = amx.float32_parts(values)
+    assert len(parts) == amx.PARTS and all(p.dtype == np.uint16 for p in parts)
+    total = sum(as_float(p).astype(np.float64) for p in parts)
+    finite = np.isfinite(values)
+    # Exact, but for the smallest normals standing in for a nonzero number's zero parts.
+    np.testing.assert_array_less(np.abs(total[finite] - values[finite]), 2.0 ** -124)
+    first = as_float(parts[0])
+    assert np.array_equal(first[~finite], values[~finite], equal_nan=True)
+    for later in parts[1:]:
+        assert not as_float(later)[~finite].any()  # infinities and NaNs: the first part alone
+        nonzero = finite & (values != 0)
+        assert (as_float(later)[nonzero] != 0).all()
+        assert (np.signbit(as_float(later)[nonzero]) == np.signbit(values[nonzero])).all()
+
+
+def test_the_parts_kernel_lays_out_each_values_parts_as_numpy_does():
+    """Runs on any CPU: the activations' parts, [M / 16, Kp / 32, parts, 16, 32], computed by
+    TVM from a 37 x 45 matrix holding infinities and NaNs, zeros past its edges."""
+    rows, depth = 37, 45
+    values = RNG.standard_normal((rows, depth)).astype(np.float32)
+    values.flat[::97][:SPECIAL.size] = SPECIAL
+    x = te.placeholder((rows, depth), "float32", name="x")
+    parts = amx._activation_parts(x, padded_rows=64, padded_depth=64)
+    module = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, parts])}),
+                         target="llvm")
+    got = tvm.runtime.tensor(np.zeros((4, 2, amx.PARTS, 16, 32), np.uint16))
+    module["main"](tvm.runtime.tensor(values), got)
+    want = np.zeros((amx.PARTS, 64, 64), np.uint16)
+    for index, part in enumerate(amx.float32_parts(values)):
+        want[index, :rows, :depth] = part
+    want = want.reshape(amx.PARTS, 4, 16, 2, 32).transpose(1, 3, 0, 2, 4)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_weight_tiles_pair_two_reduction_steps_per_column():
+    depth, columns = 70, 40
+    weight = RNG.standard_normal((depth, columns)).astype(np.float32)
+    tiles = amx.weight_parts(weight)
+    assert tiles.shape == (64 // 16, 96 // 32, amx.PARTS, 16, 32) and tiles.dtype == np.uint16
+    parts = amx.float32_parts(weight)
+    for column_block, step_block, part, pair, lane in [(0, 0, 0, 0, 0), (1, 2, 2, 2, 13),
+                                                        (2, 1, 1, 15, 31), (3, 0, 0, 3, 9)]:
+        k, n = step_block * 32 + pair * 2 + lane % 2, column_block * 16 + lane // 2
+        want = parts[part][k, n] if k < depth and n < columns else 0
+        assert tiles[column_block, step_block, part, pair, lane] == want
+
+
+def matmul_module(x_shape, weight):
+    return relax_module({"x": (x_shape, "float32")},
+                        lambda x: relax.op.nn.relu(relax.op.matmul(x, const(weight))))
+
+
+def kernel_names(mod, spec=HOST):
+    with spec.tvm_target():
+        return {gv.name_hint for gv, f in fused_kernels(mod, spec).functions_items()
+                if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_only_a_target_with_amx_rewrites_matmuls():
+    mod = matmul_module((64, 96), RNG.standard_normal((96, 64)).astype(np.float32))
+    avx2 = targets.get_target("x86-64-avx2")
+    assert not any(name.startswith("amx") for name in kernel_names(mod, avx2))
+    amx_spec = targets.get_target("llvm:sapphirerapids:4")
+    assert amx.has_amx(amx_spec.tvm_target())
+    assert {"amx_matmul", "amx_parts"} <= kernel_names(mod, amx_spec)
+
+
+def test_tuning_leaves_the_amx_kernel_alone():
+    from tvm.s_tir import meta_schedule as ms
+
+    spec = targets.get_target("llvm:sapphirerapids:4")
+    mod = matmul_module((64, 96), RNG.standard_normal((96, 64)).astype(np.float32))
+    with spec.tvm_target():
+        tasks = ms.relax_integration.extract_tasks(fused_kernels(mod, spec), spec.tvm_target())
+    kept = sorted(t.task_name for t in tasks if not _scheduled_already(t))
+    assert "amx_matmul" in [t.task_name for t in tasks] and "amx_matmul" not in kept
+    assert "amx_parts" in kept
+
+
+@needs_amx
+@pytest.mark.parametrize("x_shape, columns", [((64, 96), 64), ((2, 37, 72), 50),
+                                              ((1, 128, 768), 96)])
+def test_amx_matmul_has_float32_accuracy(x_shape, columns):
+    weight = (RNG.standard_normal((x_shape[-1], columns)) * 0.05).astype(np.float32)
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    mod = matmul_module(x_shape, weight)
+    assert {"amx_matmul", "amx_parts"} <= kernel_names(mod)
+    (got,) = compile_module(mod, HOST).run([x])
+    exact = np.maximum(x.astype(np.float64) @ weight.astype(np.float64), 0)
+    float32_error = np.abs(np.maximum(x @ weight, 0) - exact).max()
+    assert got.shape == exact.shape and got.dtype == np.float32
+    assert np.abs(got - exact).max() <= 4 * float32_error + 1e-7
+
+
+@needs_amx
+def test_amx_matmul_gives_float32s_infinities_and_nans():
+    depth, columns = 64, 48
+    # Weights bfloat16 holds exactly (their low parts zero) and zeros, among others.
+    weight = RNG.integers(-4, 5, (depth, columns)).astype(np.float32) / 4
+    weight[:, :16] = RNG.standard_normal((depth, 16)).astype(np.float32)
+    x = RNG.standard_normal((40, depth)).astype(np.float32)
+    x[0, 3], x[1, 5], x[2, 7], x[3, 9] = np.inf, -np.inf, np.nan, 3e38
+    x[4, :2] = [np.inf, -np.inf]
+    mod = relax_module({"x": ((40, depth), "float32")},
+                       lambda v: relax.op.matmul(v, const(weight)))
+    (got,) = compile_module(mod, HOST).run([x])
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = x @ weight
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_array_equal(np.signbit(got[np.isinf(got)]), np.signbit(want[np.isinf(want)]))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+
+
+@needs_amx
+def test_a_matmul_of_fewer_rows_than_a_task_keeps_the_float32_kernels():
+    mod = matmul_module((1, 16, 64), RNG.standard_normal((64, 64)).astype(np.float32))
+    assert not any(name.startswith("amx") for name in kernel_names(mod))
