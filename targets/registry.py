@@ -258,6 +258,8 @@ def write_target_spec_file(path, overwrite: bool = False) -> dict:
     fields = {"target_spec_version": TARGET_SPEC_VERSION, "mcpu": mcpu, "cores": cores,
               "arch": arch, "vector_features": list(
                   remote_cpu(f"{REMOTE_CPU_PREFIX}{mcpu}:{cores}", arch).cpu_flags)}
+    if "mattr" in host_cpu().target:  # features mcpu lacks (AMX under a hypervisor)
+        fields["mattr"] = list(host_cpu().target["mattr"])
     with open(path, "w" if overwrite else "x") as f:
         json.dump(fields, f, indent=2)
         f.write("\n")
@@ -305,6 +307,16 @@ def read_target_spec_file(path) -> TargetSpec:
         raise bad(f"vector_features is {features!r}, without {', '.join(lacking)}; expected "
                   f"every vector feature LLVM's code for {mcpu!r} uses (mcpu or vector_features "
                   f"edited?)")
+    mattr = fields.get("mattr", [])
+    known = [f"+{feature}" for feature in _AMX_FLAGS.values()]
+    if not isinstance(mattr, list) or not set(mattr) <= set(known):
+        raise bad(f"mattr is {mattr!r}; expected a list of features LLVM's mcpu lacks, of "
+                  f"{known}")
+    if mattr:
+        target = {**spec.target, "mattr": list(mattr)}
+        spec = replace(spec, target=target, remote=target != host_cpu().target,
+                       cpu_flags=spec.cpu_flags + tuple(
+                           flag for flag, feature in _AMX_FLAGS.items() if f"+{feature}" in mattr))
     how = ", tuned through its RPC servers" if spec.remote else ""
     return replace(spec, description=f"the {mcpu} CPU of target spec file {path} ({cores} "
                                      f"cores{how})")

@@ -306,7 +306,8 @@ def test_a_target_spec_file_written_here_is_this_cpu(tmp_path, capsys):
     assert written == {"target_spec_version": 1, "mcpu": host.target["mcpu"],
                        "cores": host.target["num-cores"], "arch": "x86_64",
                        "vector_features": list(targets.get_target(
-                           f"llvm:{host.target['mcpu']}:{host.target['num-cores']}").cpu_flags)}
+                           f"llvm:{host.target['mcpu']}:{host.target['num-cores']}").cpu_flags),
+                       **({"mattr": host.target["mattr"]} if "mattr" in host.target else {})}
     # Read back, it is host-cpu's target, and its records go into host-cpu's database.
     spec = targets.get_target(str(path))
     assert spec.target == host.target and not spec.remote and str(path) in spec.description
