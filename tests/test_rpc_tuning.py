@@ -336,6 +336,11 @@ def test_another_machines_target_spec_file_is_its_cpu(tmp_path):
     assert (spec.target, spec.cpu_flags) == (named.target, named.cpu_flags)
     assert spec == dataclasses.replace(named, description=spec.description)
     assert str(path) in spec.description and spec.database_name == "host-cpu"
+    # AMX on a machine LLVM names by a CPU without it: the file's mattr, and its flags needed.
+    amx = targets.get_target(_spec_file(tmp_path / "amx.json", {
+        **SKYLAKE_16, "mattr": ["+amx-tile", "+amx-bf16"]}))
+    assert amx.target == {**named.target, "mattr": ["+amx-tile", "+amx-bf16"]}
+    assert amx.cpu_flags == named.cpu_flags + ("amx_tile", "amx_bf16")
     # The file's architecture decides where LLVM knows the CPU name on both.
     arm = targets.get_target(_spec_file(tmp_path / "arm.json", {
         **SKYLAKE_16, "mcpu": "generic", "cores": 4, "arch": "aarch64", "vector_features": []}))
@@ -379,6 +384,10 @@ def test_a_bad_target_spec_file_is_refused(tmp_path, capsys):
         ("edited.json", {**SKYLAKE_16, "vector_features": ["avx2", "fma"]},
          "vector_features is ['avx2', 'fma'], without avx512f, avx512bw, avx512dq, avx512vl; "
          "expected every vector feature LLVM's code for 'skylake-avx512' uses"),
+        ("mattr.json", {**SKYLAKE_16, "mattr": ["+avx512f"]},
+         "mattr is ['+avx512f']; expected a list of features LLVM's mcpu lacks, of "
+         "['+amx-tile', '+amx-bf16']"),
+        ("text-mattr.json", {**SKYLAKE_16, "mattr": "+amx-tile"}, "mattr is '+amx-tile'; "),
     ]
     for name, fields, fragment in bad:
         path = str(tmp_path / name) if fields is None else _spec_file(tmp_path / name, fields)
