@@ -13,17 +13,21 @@ BERT-base on a 2-core Xeon, kernel medians in the model (float32 kernels -> AMX)
 (the weights' parts come from memory at each run: hot in cache, 0.26, 1.07 and 1.27 ms); all
 kernels 95.9 -> 76.7 ms.
 
-- ``amx_matmuls``: a float32 matmul of activations [.., M, K] by a constant [K, N] becomes a
+- ``amx_products``: a float32 matmul of activations [.., M, K] by a constant [K, N], and a 1x1
+  NHWC convolution by constant weights (a matmul of its pixels by the weights), becomes a
   kernel splitting the activations into their parts (scheduled by the default rules; nothing
   fused into it, or a GELU there would be computed once a part) and the AMX kernel, which reads
   the weights' parts laid out when compiling (``weight_parts``; 1.5 times the float32 weights'
-  bytes). Tuning leaves the AMX kernel as it is (its tasks are dropped).
-  Rows fewer than 32 (a batch-1 classifier's one row) keep the float32 kernels.
+  bytes). Products of fewer than 32 rows or less than MIN_FLOPS stay float32. Tuning leaves
+  the AMX kernel as it is (its tasks are dropped). Pure-TVM ResNet-50, one process a build,
+  median of 25: 34.2 -> 32.7 ms; ViT-B/16 149.8 -> 127.0; ConvNeXt-T 41.2 -> 38.5.
 
 Tiles are 16 rows of 64 bytes: tiles of A are 16 rows by 32 reduction steps, tiles of B 16
 pairs of reduction steps by 16 columns (each column's two steps side by side), tiles of C 16 x
-16 float32. A task computes 32 x 32 of C in four tiles over the whole reduction, and the
-tasks run in parallel, each thread configuring its tiles (ldtilecfg) first. Denormal parts
+16 float32. A task computes 32 x 32 blocks of C, each in four tiles over the whole reduction:
+a block of rows across the columns where the weights' parts fit in L2 (a convolution's), else
+a block of columns down the rows (a transformer's weights, read once from memory a run); the
+tasks run in parallel, each configuring its thread's tiles (ldtilecfg) first. Denormal parts
 count as zero (AMX's rule), so inputs under 2^-110 or so lose their low parts, and the results
 flush to zero under float32's smallest normal.
 """
@@ -42,10 +46,16 @@ from .layouts import op_name, rewrite_functions, static_dims
 
 AMX_FEATURES = ("amx-tile", "amx-bf16")  # LLVM's names; /proc/cpuinfo says amx_tile, amx_bf16
 MIN_ROWS = 32  # fewer rows leave most of a task's tiles empty: the float32 kernels take them
+# Less arithmetic than this (2 M K N) stays float32, where the float32 kernel's fused epilogue
+# and no parts to write beat AMX: MobileNetV2's 1x1 convolutions (5-40 MFLOP) took 6.2 ms a
+# run on AMX, 4.7 without; ResNet-50's (103-206 MFLOP) 350-530 GFLOP/s on AMX.
+MIN_FLOPS = 1 << 26
 ROWS, STEPS, COLUMNS = 16, 32, 16  # a tile of A: ROWS x STEPS bfloat16; of C: ROWS x COLUMNS
 PARTS = 3
 # (part of A, part of B) products kept: those of weight 2^-16 and more of the product.
 PRODUCTS = tuple((pa, pb) for pa in range(PARTS) for pb in range(PARTS) if pa + pb < PARTS)
+_RESIDENT_BYTES = 1 << 20  # weights' parts held in L2 across a task's column blocks
+_ROW_TASKS_MIN = 8
 _SMALLEST_NORMAL = 0x0080  # bfloat16 2^-126
 _OPAQUE = 8  # relax's OpPatternKind kOpaque
 _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
@@ -135,6 +145,28 @@ def _activation_parts(x: te.Tensor, padded_rows: int, padded_depth: int) -> te.T
                       name="amx_parts")
 
 
+def _pointwise_parts(x: te.Tensor, strides: tuple, padded_rows: int) -> te.Tensor:
+    """The parts of a 1x1 convolution's input as tiles of A: row i is output pixel i of [N, OH,
+    OW], reduction step k its channel k of NHWC ``x`` (a multiple of STEPS channels), zeros past
+    the rows."""
+    batch, height, width, channels = (int(d) for d in x.shape)
+    out_h, out_w = (height - 1) // strides[0] + 1, (width - 1) // strides[1] + 1
+    rows = batch * out_h * out_w
+
+    def element(tile_row, step_block, part, row, step):
+        i = tile_row * ROWS + row
+        n, pixel = i // (out_h * out_w), i % (out_h * out_w)
+        h, w = pixel // out_w * strides[0], pixel % out_w * strides[1]
+        c = step_block * STEPS + step
+        if padded_rows == rows:
+            return _part(x[n, h, w, c], part)
+        return tirx.Select(i < rows, _part(x[tirx.min(n, batch - 1), h, w, c], part),
+                           tirx.const(0, "uint16"))
+
+    return te.compute((padded_rows // ROWS, channels // STEPS, PARTS, ROWS, STEPS), element,
+                      name="amx_parts")
+
+
 def weight_parts(weight: np.ndarray) -> np.ndarray:
     """[K, N] float32 -> parts as tiles of B, [Np / COLUMNS, Kp / STEPS, PARTS, STEPS / 2,
     2 COLUMNS] uint16: a tile's row holds its 16 columns' values for two reduction steps, the
@@ -166,7 +198,13 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
     padded_rows, padded_depth = _round_up(rows, 2 * ROWS), _round_up(depth, STEPS)
     padded_columns = _round_up(columns, 2 * COLUMNS)
     step_blocks, row_pairs = padded_depth // STEPS, padded_rows // (2 * ROWS)
-    tasks = row_pairs * padded_columns // (2 * COLUMNS)
+    column_pairs = padded_columns // (2 * COLUMNS)
+    # A parallel task: a block of rows across all columns where the weights' parts stay in
+    # L2 and there are rows enough to share out (each task reads the weights again); else a
+    # block of columns down all rows (the weights read once).
+    rows_outer = 6 * padded_depth * padded_columns <= _RESIDENT_BYTES and \
+        row_pairs >= _ROW_TASKS_MIN
+    tasks, blocks = (row_pairs, column_pairs) if rows_outer else (column_pairs, row_pairs)
     tile_bytes, c_stride = 2 * STEPS, 4 * columns
     whole = rows % (2 * ROWS) == 0 and columns % (2 * COLUMNS) == 0
 
@@ -191,40 +229,40 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
                 config[16 + 2 * tile] = T.uint8(tile_bytes)
                 config[48 + tile] = T.uint8(ROWS)
             T.evaluate(_intrinsic("ldtilecfg", T.address_of(config[0])))
-            # Tasks down the rows first: a thread's tasks share one column block's weights.
-            row_tile = (task % row_pairs) * 2
-            column_tile = (task // row_pairs) * 2
-            for tile in T.unroll(4):
-                T.evaluate(_intrinsic("tilezero", T.int8(tile)))
-            for step_block in range(step_blocks):
-                # Tiles 4, 5: A's two row tiles; 6, 7: B's two column tiles; 0-3: C.
-                for pa in T.unroll(PARTS):
-                    T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(
-                        a[row_tile, step_block, pa, 0, 0]), T.int64(tile_bytes)))
-                    T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(
-                        a[row_tile + 1, step_block, pa, 0, 0]), T.int64(tile_bytes)))
-                    for pb in T.unroll(PARTS):
-                        if pa + pb < PARTS:
-                            T.evaluate(_intrinsic("tileloadd64", T.int8(6), T.address_of(
-                                b[column_tile, step_block, pb, 0, 0]), T.int64(tile_bytes)))
-                            T.evaluate(_intrinsic("tileloadd64", T.int8(7), T.address_of(
-                                b[column_tile + 1, step_block, pb, 0, 0]), T.int64(tile_bytes)))
-                            T.evaluate(_intrinsic("tdpbf16ps", T.int8(0), T.int8(4), T.int8(6)))
-                            T.evaluate(_intrinsic("tdpbf16ps", T.int8(1), T.int8(4), T.int8(7)))
-                            T.evaluate(_intrinsic("tdpbf16ps", T.int8(2), T.int8(5), T.int8(6)))
-                            T.evaluate(_intrinsic("tdpbf16ps", T.int8(3), T.int8(5), T.int8(7)))
-            i0, j0 = row_tile * ROWS, column_tile * COLUMNS
-            if whole or (i0 + 2 * ROWS <= rows and j0 + 2 * COLUMNS <= columns):
+            for block in range(blocks):
+                row_tile = (task if rows_outer else block) * 2
+                column_tile = (block if rows_outer else task) * 2
                 for tile in T.unroll(4):
-                    T.evaluate(_intrinsic("tilestored64", T.int8(tile), T.address_of(
-                        c[i0 + tile // 2 * ROWS, j0 + tile % 2 * COLUMNS]), T.int64(c_stride)))
-            else:  # a block past C's edge: through a whole block on the stack
-                for tile in T.unroll(4):
-                    T.evaluate(_intrinsic("tilestored64", T.int8(tile), T.address_of(
-                        staged[tile // 2 * ROWS, tile % 2 * COLUMNS]), T.int64(8 * COLUMNS)))
-                for i, j in T.grid(2 * ROWS, 2 * COLUMNS):
-                    if i0 + i < rows and j0 + j < columns:
-                        c[i0 + i, j0 + j] = staged[i, j]
+                    T.evaluate(_intrinsic("tilezero", T.int8(tile)))
+                for step_block in range(step_blocks):
+                    # Tiles 4, 5: A's two row tiles; 6, 7: B's two column tiles; 0-3: C.
+                    for pa in T.unroll(PARTS):
+                        T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(
+                            a[row_tile, step_block, pa, 0, 0]), T.int64(tile_bytes)))
+                        T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(
+                            a[row_tile + 1, step_block, pa, 0, 0]), T.int64(tile_bytes)))
+                        for pb in T.unroll(PARTS):
+                            if pa + pb < PARTS:
+                                T.evaluate(_intrinsic("tileloadd64", T.int8(6), T.address_of(
+                                    b[column_tile, step_block, pb, 0, 0]), T.int64(tile_bytes)))
+                                T.evaluate(_intrinsic("tileloadd64", T.int8(7), T.address_of(
+                                    b[column_tile + 1, step_block, pb, 0, 0]), T.int64(tile_bytes)))
+                                T.evaluate(_intrinsic("tdpbf16ps", T.int8(0), T.int8(4), T.int8(6)))
+                                T.evaluate(_intrinsic("tdpbf16ps", T.int8(1), T.int8(4), T.int8(7)))
+                                T.evaluate(_intrinsic("tdpbf16ps", T.int8(2), T.int8(5), T.int8(6)))
+                                T.evaluate(_intrinsic("tdpbf16ps", T.int8(3), T.int8(5), T.int8(7)))
+                i0, j0 = row_tile * ROWS, column_tile * COLUMNS
+                if whole or (i0 + 2 * ROWS <= rows and j0 + 2 * COLUMNS <= columns):
+                    for tile in T.unroll(4):
+                        T.evaluate(_intrinsic("tilestored64", T.int8(tile), T.address_of(
+                            c[i0 + tile // 2 * ROWS, j0 + tile % 2 * COLUMNS]), T.int64(c_stride)))
+                else:  # a block past C's edge: through a whole block on the stack
+                    for tile in T.unroll(4):
+                        T.evaluate(_intrinsic("tilestored64", T.int8(tile), T.address_of(
+                            staged[tile // 2 * ROWS, tile % 2 * COLUMNS]), T.int64(8 * COLUMNS)))
+                    for i, j in T.grid(2 * ROWS, 2 * COLUMNS):
+                        if i0 + i < rows and j0 + j < columns:
+                            c[i0 + i, j0 + j] = staged[i, j]
             T.evaluate(_intrinsic("tilerelease"))
 
     return amx_matmul
@@ -234,59 +272,103 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
 # The graph rewrite
 
 
-def _amx_shape(call: relax.Call) -> tuple[list[int], int, int] | None:
-    """(activations' dims, K, N) of a float32 matmul by a constant [K, N] the AMX kernel
-    takes, else None."""
-    if op_name(call) != "relax.matmul":
-        return None
+def _constant_array(expr, lookup) -> np.ndarray | None:
+    """The value of a constant, or of a constant's permute_dims (weights in another layout,
+    folded later), else None; ``lookup`` gives a var's bound value."""
+    if isinstance(expr, relax.Var):
+        bound = lookup(expr)
+        if op_name(bound) != "relax.permute_dims":
+            return None
+        value = _constant_array(bound.args[0], lookup)
+        axes = bound.attrs.axes
+        return None if value is None else np.transpose(
+            value, None if axes is None else [int(a) for a in axes])
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+
+
+def _float32(*exprs) -> bool:
+    return all(str(e.ty.dtype) == "float32" for e in exprs)
+
+
+def _matmul_operands(call: relax.Call, lookup):
+    """(x dims, [K, N] weights) of a float32 matmul by constant weights, else None."""
     x, weight = call.args
     x_dims, weight_dims = static_dims(x), static_dims(weight)
-    if (not isinstance(weight, tvm.ir.expr.Constant) or x_dims is None or weight_dims is None
-            or len(weight_dims) != 2 or len(x_dims) < 2
-            or str(x.ty.dtype) != "float32" or str(weight.ty.dtype) != "float32"
-            or str(call.ty.dtype) != "float32"):
+    if x_dims is None or weight_dims is None or len(weight_dims) != 2 or len(x_dims) < 2 \
+            or x_dims[-1] != weight_dims[0] or not _float32(x, weight, call):
         return None
-    depth, columns = weight_dims
-    if x_dims[-1] != depth or int(np.prod(x_dims[:-1])) < MIN_ROWS:
+    weights = _constant_array(weight, lookup)
+    return None if weights is None else (x_dims, weights)
+
+
+def _convolution_operands(call: relax.Call, lookup):
+    """(x dims, [C, O] weights) of a float32 1x1 NHWC convolution by constant OHWI weights,
+    unpadded and ungrouped, of a multiple of STEPS input channels, else None. Wider windows
+    stay float32: their parts, one window a row, are 9 x 1.5 times the input's bytes for 3x3
+    (ResNet-50 ran 45.7 ms a run with its 3x3 convolutions on AMX, 37.2 without)."""
+    attrs = call.attrs
+    x_dims, weight_dims = static_dims(call.args[0]), static_dims(call.args[1])
+    if (x_dims is None or weight_dims is None or attrs.data_layout != "NHWC"
+            or attrs.kernel_layout != "OHWI" or (attrs.out_layout or "NHWC") != "NHWC"
+            or attrs.groups != 1 or weight_dims[1:3] != [1, 1]
+            or any(int(p) for p in attrs.padding) or x_dims[3] % STEPS
+            or not _float32(*call.args, call)):
         return None
-    return x_dims, depth, columns
+    weights = _constant_array(call.args[1], lookup)
+    return None if weights is None else (x_dims, weights.reshape(weights.shape[0], -1).T)
 
 
 @relax.expr_functor.mutator
-class _AmxMatmuls(relax.expr_functor.PyExprMutator):
+class _AmxProducts(relax.expr_functor.PyExprMutator):
     def __init__(self, mod):
         super().__init__(mod)
         self.kernels: dict[tuple, tvm.ir.GlobalVar] = {}  # one AMX kernel a shape
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        shape = _amx_shape(call)
-        if shape is None:
+        name = op_name(call)
+        if name == "relax.matmul":
+            operands = _matmul_operands(call, self.lookup_binding)
+        elif name == "relax.nn.conv2d":
+            operands = _convolution_operands(call, self.lookup_binding)
+        else:
             return call
-        x_dims, depth, columns = shape
-        rows = int(np.prod(x_dims[:-1]))
-        emit = self.builder_.emit
-        flat = emit(relax.op.reshape(call.args[0], [rows, depth])) if len(x_dims) > 2 \
-            else call.args[0]
-        parts_call = self.builder_.call_te(
-            _activation_parts, flat, padded_rows=_round_up(rows, 2 * ROWS),
-            padded_depth=_round_up(depth, STEPS), primfunc_name_hint="amx_parts")
+        out_dims = static_dims(call)
+        rows = int(np.prod(out_dims[:-1]))
+        if operands is None or rows < MIN_ROWS:
+            return call
+        x_dims, weights = operands
+        depth, columns = weights.shape
+        if 2 * rows * depth * columns < MIN_FLOPS:
+            return call
+        padded_rows = _round_up(rows, 2 * ROWS)
+        if name == "relax.matmul":
+            x = call.args[0]
+            if len(x_dims) > 2:
+                x = self.builder_.emit(relax.op.reshape(x, [rows, depth]))
+            parts_call = self.builder_.call_te(
+                _activation_parts, x, padded_rows=padded_rows,
+                padded_depth=_round_up(depth, STEPS), primfunc_name_hint="amx_parts")
+        else:
+            parts_call = self.builder_.call_te(
+                _pointwise_parts, call.args[0], strides=tuple(int(v) for v in call.attrs.strides),
+                padded_rows=padded_rows, primfunc_name_hint="amx_parts")
         # Opaque to fusion: a producer fused in (a GELU) would be computed once a part.
         parts_kernel = parts_call.args[0]
         self.builder_.update_func(parts_kernel, self.builder_.get()[parts_kernel].with_attr(
             "op_pattern", _OPAQUE))
-        parts = emit(parts_call)
         key = (rows, depth, columns)
         if key not in self.kernels:
             self.kernels[key] = self.builder_.add_func(amx_kernel(*key), "amx_matmul")
-        weights = relax.const(weight_parts(call.args[1].value.numpy()))
-        product = relax.call_tir(self.kernels[key], [parts, weights],
-                                 relax.TensorType([rows, columns], "float32"))
-        if len(x_dims) == 2:
+        product = relax.call_tir(
+            self.kernels[key], [self.builder_.emit(parts_call),
+                                relax.const(weight_parts(weights.astype(np.float32)))],
+            relax.TensorType([rows, columns], "float32"))
+        if len(out_dims) == 2:
             return product
-        return relax.op.reshape(emit(product), [*x_dims[:-1], columns])
+        return relax.op.reshape(self.builder_.emit(product), out_dims)
 
 
-@tvm.transform.module_pass(opt_level=0, name="AmxMatmuls")
-def amx_matmuls(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(mod, lambda m, _f: _AmxMatmuls(m))
+@tvm.transform.module_pass(opt_level=0, name="AmxProducts")
+def amx_products(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    return rewrite_functions(mod, lambda m, _f: _AmxProducts(m))

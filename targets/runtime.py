@@ -23,7 +23,7 @@ from toolchain import ToolchainMissing
 from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
-from .amx import amx_matmuls, has_amx
+from .amx import amx_products, has_amx
 from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
@@ -743,7 +743,7 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
     if "cpu-default" in spec.schedules:
         rewrites.append(powers_by_roots)
         if has_amx(target):
-            rewrites.append(amx_matmuls)
+            rewrites.append(amx_products)
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)

@@ -88,7 +88,13 @@ def kernel_names(mod, spec=HOST):
                 if isinstance(f, tvm.tirx.PrimFunc)}
 
 
-def test_only_a_target_with_amx_rewrites_matmuls():
+@pytest.fixture
+def small_products_on_amx(monkeypatch):
+    """The tests' small products taken by AMX too (the rewrite leaves those under MIN_FLOPS)."""
+    monkeypatch.setattr(amx, "MIN_FLOPS", 0)
+
+
+def test_only_a_target_with_amx_rewrites_matmuls(small_products_on_amx):
     mod = matmul_module((64, 96), RNG.standard_normal((96, 64)).astype(np.float32))
     avx2 = targets.get_target("x86-64-avx2")
     assert not any(name.startswith("amx") for name in kernel_names(mod, avx2))
@@ -97,7 +103,7 @@ def test_only_a_target_with_amx_rewrites_matmuls():
     assert {"amx_matmul", "amx_parts"} <= kernel_names(mod, amx_spec)
 
 
-def test_tuning_leaves_the_amx_kernel_alone():
+def test_tuning_leaves_the_amx_kernel_alone(small_products_on_amx):
     from tvm.s_tir import meta_schedule as ms
 
     spec = targets.get_target("llvm:sapphirerapids:4")
@@ -112,7 +118,7 @@ def test_tuning_leaves_the_amx_kernel_alone():
 @needs_amx
 @pytest.mark.parametrize("x_shape, columns", [((64, 96), 64), ((2, 37, 72), 50),
                                               ((1, 128, 768), 96)])
-def test_amx_matmul_has_float32_accuracy(x_shape, columns):
+def test_amx_matmul_has_float32_accuracy(x_shape, columns, small_products_on_amx):
     weight = (RNG.standard_normal((x_shape[-1], columns)) * 0.05).astype(np.float32)
     x = RNG.standard_normal(x_shape).astype(np.float32)
     mod = matmul_module(x_shape, weight)
@@ -125,7 +131,7 @@ def test_amx_matmul_has_float32_accuracy(x_shape, columns):
 
 
 @needs_amx
-def test_amx_matmul_gives_float32s_infinities_and_nans():
+def test_amx_matmul_gives_float32s_infinities_and_nans(small_products_on_amx):
     depth, columns = 64, 48
     # Weights bfloat16 holds exactly (their low parts zero) and zeros, among others.
     weight = RNG.integers(-4, 5, (depth, columns)).astype(np.float32) / 4
@@ -146,6 +152,63 @@ def test_amx_matmul_gives_float32s_infinities_and_nans():
 
 
 @needs_amx
-def test_a_matmul_of_fewer_rows_than_a_task_keeps_the_float32_kernels():
+def test_a_matmul_of_fewer_rows_than_a_task_keeps_the_float32_kernels(small_products_on_amx):
     mod = matmul_module((1, 16, 64), RNG.standard_normal((64, 64)).astype(np.float32))
     assert not any(name.startswith("amx") for name in kernel_names(mod))
+
+
+@needs_amx
+def test_little_arithmetic_keeps_the_float32_kernels():
+    small = matmul_module((64, 96), RNG.standard_normal((96, 64)).astype(np.float32))
+    assert not any(name.startswith("amx") for name in kernel_names(small))
+    large = matmul_module((128, 512), RNG.standard_normal((512, 512)).astype(np.float32))
+    assert 2 * 128 * 512 * 512 >= amx.MIN_FLOPS and "amx_matmul" in kernel_names(large)
+
+
+def conv_module(x_shape, weight, strides, padding):
+    """An NHWC convolution by OHWI weights made from OIHW constants (as the layouts pass does)."""
+    oihw = const(np.ascontiguousarray(weight.transpose(0, 3, 1, 2)))
+    return relax_module({"x": (x_shape, "float32")}, lambda x: relax.op.nn.conv2d(
+        x, relax.op.permute_dims(oihw, [0, 2, 3, 1]), strides=strides, padding=padding,
+        data_layout="NHWC", kernel_layout="OHWI"))
+
+
+def numpy_conv(x, weight, strides, padding):
+    """NHWC by OHWI in float64, zero padding [top, left, bottom, right]."""
+    _, kernel_h, kernel_w, _ = weight.shape
+    padded = np.pad(x.astype(np.float64), [(0, 0), (padding[0], padding[2]),
+                                           (padding[1], padding[3]), (0, 0)])
+    out_h = (padded.shape[1] - kernel_h) // strides[0] + 1
+    out_w = (padded.shape[2] - kernel_w) // strides[1] + 1
+    out = np.zeros((x.shape[0], out_h, out_w, weight.shape[0]))
+    for kh in range(kernel_h):
+        for kw in range(kernel_w):
+            window = padded[:, kh:kh + strides[0] * out_h:strides[0],
+                            kw:kw + strides[1] * out_w:strides[1], :]
+            out += window @ weight[:, kh, kw, :].astype(np.float64).T
+    return out
+
+
+@needs_amx
+@pytest.mark.parametrize("x_shape, out_channels, strides", [
+    ((1, 9, 11, 64), 48, (1, 1)), ((2, 14, 14, 96), 64, (2, 2)),
+    ((1, 17, 17, 32), 40, (1, 1))])  # 10 tasks of rows across the columns, both edges partial
+def test_a_1x1_convolution_on_amx_matches_float64(x_shape, out_channels, strides,
+                                                  small_products_on_amx):
+    weight = (RNG.standard_normal((out_channels, 1, 1, x_shape[-1])) * 0.1).astype(np.float32)
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    mod = conv_module(x_shape, weight, strides, [0, 0, 0, 0])
+    assert "amx_matmul" in kernel_names(mod)
+    (got,) = compile_module(mod, HOST).run([x])
+    exact = numpy_conv(x, weight, strides, [0, 0, 0, 0])
+    assert got.shape == exact.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-6)
+
+
+def test_a_windowed_convolution_keeps_its_float32_kernels(small_products_on_amx):
+    """3x3 windows: their parts would be 9 x 1.5 times the input's bytes (ResNet-50's 56 x 56
+    ones ran slower so)."""
+    weight = RNG.standard_normal((64, 3, 3, 64)).astype(np.float32)
+    mod = conv_module((1, 14, 14, 64), weight, (1, 1), [1, 1, 1, 1])
+    assert not any(name.startswith("amx") for name in kernel_names(
+        mod, targets.get_target("llvm:sapphirerapids:4")))
