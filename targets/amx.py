@@ -18,7 +18,7 @@ kernels 95.9 -> 76.7 ms.
   kernel splitting the activations into their parts (scheduled by the default rules; nothing
   fused into it, or a GELU there would be computed once a part) and the AMX kernel, which reads
   the weights' parts laid out when compiling (``weight_parts``; 1.5 times the float32 weights'
-  bytes). Products of fewer than 32 rows or less than MIN_FLOPS stay float32. Tuning leaves
+  bytes, written to the engine's weight files as they are made). Products of fewer than 32 rows or less than MIN_FLOPS stay float32. Tuning leaves
   the AMX kernel as it is (its tasks are dropped). Pure-TVM ResNet-50, one process a build,
   median of 25: 34.2 -> 32.7 ms; ViT-B/16 149.8 -> 127.0; ConvNeXt-T 41.2 -> 38.5.
 
@@ -42,7 +42,10 @@ from tvm import relax, te, tirx
 from tvm.script import tirx as T
 from tvm.target.codegen import target_has_features
 
+from relay_bridge import computed_constant, constant_view
+
 from .layouts import op_name, rewrite_functions, static_dims
+from .weights import WeightFiles
 
 AMX_FEATURES = ("amx-tile", "amx-bf16")  # LLVM's names; /proc/cpuinfo says amx_tile, amx_bf16
 MIN_ROWS = 32  # fewer rows leave most of a task's tiles empty: the float32 kernels take them
@@ -54,6 +57,7 @@ ROWS, STEPS, COLUMNS = 16, 32, 16  # a tile of A: ROWS x STEPS bfloat16; of C: R
 PARTS = 3
 # (part of A, part of B) products kept: those of weight 2^-16 and more of the product.
 PRODUCTS = tuple((pa, pb) for pa in range(PARTS) for pb in range(PARTS) if pa + pb < PARTS)
+_SLAB_COLUMNS = 1024  # weight_parts' columns at a time
 _RESIDENT_BYTES = 1 << 20  # weights' parts held in L2 across a task's column blocks
 _ROW_TASKS_MIN = 8
 _SMALLEST_NORMAL = 0x0080  # bfloat16 2^-126
@@ -167,20 +171,30 @@ def _pointwise_parts(x: te.Tensor, strides: tuple, padded_rows: int) -> te.Tenso
                       name="amx_parts")
 
 
-def weight_parts(weight: np.ndarray) -> np.ndarray:
-    """[K, N] float32 -> parts as tiles of B, [Np / COLUMNS, Kp / STEPS, PARTS, STEPS / 2,
-    2 COLUMNS] uint16: a tile's row holds its 16 columns' values for two reduction steps, the
-    columns' pairs side by side (AMX's layout); zeros past K and N."""
+def weight_parts_shape(depth: int, columns: int) -> list[int]:
+    return [_round_up(columns, 2 * COLUMNS) // COLUMNS, _round_up(depth, STEPS) // STEPS, PARTS,
+            STEPS // 2, 2 * COLUMNS]
+
+
+def weight_parts(weight: np.ndarray, out: np.ndarray, after_slab=None) -> None:
+    """[K, N] float32 -> parts as tiles of B in ``out`` (weight_parts_shape, uint16): a tile's
+    row holds its 16 columns' values for two reduction steps, the columns' pairs side by side
+    (AMX's layout); zeros past K and N. Made _SLAB_COLUMNS columns at a time, calling
+    ``after_slab`` after each (GPT-2's output projection's parts, 232 MB, were made whole
+    with four temporaries as large)."""
     depth, columns = weight.shape
-    padded_depth, padded_columns = _round_up(depth, STEPS), _round_up(columns, 2 * COLUMNS)
-    parts = np.zeros((PARTS, padded_depth, padded_columns), np.uint16)
-    for index, part in enumerate(float32_parts(weight)):
-        parts[index, :depth, :columns] = part
-    # [part, step block, step pair, step in pair, column block, column]
-    tiles = parts.reshape(PARTS, padded_depth // STEPS, STEPS // 2, 2,
-                          padded_columns // COLUMNS, COLUMNS)
-    return np.ascontiguousarray(tiles.transpose(4, 1, 0, 2, 5, 3)).reshape(
-        padded_columns // COLUMNS, padded_depth // STEPS, PARTS, STEPS // 2, 2 * COLUMNS)
+    padded_depth = _round_up(depth, STEPS)
+    for first in range(0, out.shape[0] * COLUMNS, _SLAB_COLUMNS):
+        width = min(_SLAB_COLUMNS, out.shape[0] * COLUMNS - first)
+        padded = np.zeros((padded_depth, width), np.float32)
+        padded[:depth, :max(0, min(width, columns - first))] = weight[:, first:first + width]
+        # [part, step block, step pair, step in pair, column block, column]
+        tiles = np.stack(float32_parts(padded)).reshape(
+            PARTS, padded_depth // STEPS, STEPS // 2, 2, width // COLUMNS, COLUMNS)
+        out[first // COLUMNS:(first + width) // COLUMNS] = tiles.transpose(4, 1, 0, 2, 5, 3) \
+            .reshape(width // COLUMNS, padded_depth // STEPS, PARTS, STEPS // 2, 2 * COLUMNS)
+        if after_slab is not None:
+            after_slab()
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,8 +287,8 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
 
 
 def _constant_array(expr, lookup) -> np.ndarray | None:
-    """The value of a constant, or of a constant's permute_dims (weights in another layout,
-    folded later), else None; ``lookup`` gives a var's bound value."""
+    """A view of a constant's data, or of a constant's permute_dims (weights in another
+    layout, folded later), else None; ``lookup`` gives a var's bound value."""
     if isinstance(expr, relax.Var):
         bound = lookup(expr)
         if op_name(bound) != "relax.permute_dims":
@@ -283,7 +297,7 @@ def _constant_array(expr, lookup) -> np.ndarray | None:
         axes = bound.attrs.axes
         return None if value is None else np.transpose(
             value, None if axes is None else [int(a) for a in axes])
-    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+    return constant_view(expr) if isinstance(expr, tvm.ir.expr.Constant) else None
 
 
 def _float32(*exprs) -> bool:
@@ -320,9 +334,10 @@ def _convolution_operands(call: relax.Call, lookup):
 
 @relax.expr_functor.mutator
 class _AmxProducts(relax.expr_functor.PyExprMutator):
-    def __init__(self, mod):
+    def __init__(self, mod, weight_files: WeightFiles | None):
         super().__init__(mod)
         self.kernels: dict[tuple, tvm.ir.GlobalVar] = {}  # one AMX kernel a shape
+        self.weight_files = weight_files
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
@@ -361,14 +376,30 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
         if key not in self.kernels:
             self.kernels[key] = self.builder_.add_func(amx_kernel(*key), "amx_matmul")
         product = relax.call_tir(
-            self.kernels[key], [self.builder_.emit(parts_call),
-                                relax.const(weight_parts(weights.astype(np.float32)))],
+            self.kernels[key], [self.builder_.emit(parts_call), self._weight_parts(weights)],
             relax.TensorType([rows, columns], "float32"))
         if len(out_dims) == 2:
             return product
         return relax.op.reshape(self.builder_.emit(product), out_dims)
 
 
-@tvm.transform.module_pass(opt_level=0, name="AmxProducts")
-def amx_products(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    return rewrite_functions(mod, lambda m, _f: _AmxProducts(m))
+    def _weight_parts(self, weights: np.ndarray) -> relax.Constant:
+        """The weights' parts as a constant, made in a weight file a slab at a time where
+        there are weight files (the parts leave memory as they are written)."""
+        shape = weight_parts_shape(*weights.shape)
+        out = self.weight_files.empty(shape, "uint16") if self.weight_files else None
+        if out is None:
+            return computed_constant(shape, "uint16", lambda array: weight_parts(weights, array))
+        weight_parts(weights, out, lambda: self.weight_files.release(out))
+        self.weight_files.release(weights)  # read: where it is a weight file's, it leaves too
+        return relax.const(tvm.runtime.from_dlpack(out))
+
+
+def amx_products(weight_files: WeightFiles | None = None) -> tvm.transform.Pass:
+    """The rewrite, the weights' parts written to ``weight_files`` where given."""
+
+    @tvm.transform.module_pass(opt_level=0, name="AmxProducts")
+    def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return rewrite_functions(mod, lambda m, _f: _AmxProducts(m, weight_files))
+
+    return rewrite

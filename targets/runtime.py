@@ -743,7 +743,7 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
     if "cpu-default" in spec.schedules:
         rewrites.append(powers_by_roots)
         if has_amx(target):
-            rewrites.append(amx_products)
+            rewrites.append(amx_products(weight_files))
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)

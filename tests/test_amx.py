@@ -67,7 +67,12 @@ def test_the_parts_kernel_lays_out_each_values_parts_as_numpy_does():
 def test_weight_tiles_pair_two_reduction_steps_per_column():
     depth, columns = 70, 40
     weight = RNG.standard_normal((depth, columns)).astype(np.float32)
-    tiles = amx.weight_parts(weight)
+    tiles = np.full(amx.weight_parts_shape(depth, columns), 7, np.uint16)
+    slabs = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(amx, "_SLAB_COLUMNS", 32)  # two slabs: the second holds the edge
+        amx.weight_parts(weight, tiles, lambda: slabs.append(1))
+    assert len(slabs) == 2
     assert tiles.shape == (64 // 16, 96 // 32, amx.PARTS, 16, 32) and tiles.dtype == np.uint16
     parts = amx.float32_parts(weight)
     for column_block, step_block, part, pair, lane in [(0, 0, 0, 0, 0), (1, 2, 2, 2, 13),
