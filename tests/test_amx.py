@@ -217,3 +217,41 @@ def test_a_windowed_convolution_keeps_its_float32_kernels(small_products_on_amx)
     mod = conv_module((1, 14, 14, 64), weight, (1, 1), [1, 1, 1, 1])
     assert not any(name.startswith("amx") for name in kernel_names(
         mod, targets.get_target("llvm:sapphirerapids:4")))
+
+
+@needs_amx
+def test_a_first_load_leaves_no_cycle_holding_its_graph(tmp_path, small_products_on_amx):
+    """Parsing the AMX kernel (TVMScript) keeps the compile's frames in a cycle, and with them
+    the graph and its weights: the load collects it (pure-TVM BERT-base kept 340 MB so)."""
+    import gc
+    import types
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import odla_tvm as odla
+
+    weight = RNG.standard_normal((96, 80)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (33, 96))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (33, 80))],
+        [numpy_helper.from_array(weight, "w")])
+    path = tmp_path / "matmul.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    amx.amx_kernel.cache_clear()  # parsed in this load
+    gc.collect()
+    session = odla.Session.from_onnx(str(path), odla.allocate_device(
+        device_name=odla.DeviceName.INTEL_X86), engine_cache=True, cache_dir=tmp_path)
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection would free, kept to look at
+    try:
+        gc.collect()
+        held = [type(o).__name__ for o in gc.garbage
+                if isinstance(o, (types.FrameType, tvm.IRModule, tvm.ir.expr.Constant))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert held == []
+    x = RNG.standard_normal((33, 96)).astype(np.float32)
+    (got,) = session.run({"x": x})
+    np.testing.assert_allclose(got, x.astype(np.float64) @ weight, rtol=1e-5, atol=1e-5)
