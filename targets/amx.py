@@ -18,9 +18,10 @@ kernels 95.9 -> 76.7 ms.
   kernel splitting the activations into their parts (scheduled by the default rules; nothing
   fused into it, or a GELU there would be computed once a part) and the AMX kernel, which reads
   the weights' parts laid out when compiling (``weight_parts``; 1.5 times the float32 weights'
-  bytes, written to the engine's weight files as they are made). Products of fewer than 32 rows or less than MIN_FLOPS stay float32. Tuning leaves
-  the AMX kernel as it is (its tasks are dropped). Pure-TVM ResNet-50, one process a build,
-  median of 25: 34.2 -> 32.7 ms; ViT-B/16 149.8 -> 127.0; ConvNeXt-T 41.2 -> 38.5.
+  bytes, written to the engine's weight files as they are made). Products of fewer than 32
+  rows or less than MIN_FLOPS stay float32. Tuning leaves the AMX kernel as it is (its tasks
+  are dropped). Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms;
+  ViT-B/16 149.8 -> 127.0; ConvNeXt-T 41.2 -> 38.5.
 
 Tiles are 16 rows of 64 bytes: tiles of A are 16 rows by 32 reduction steps, tiles of B 16
 pairs of reduction steps by 16 columns (each column's two steps side by side), tiles of C 16 x
@@ -55,8 +56,6 @@ MIN_ROWS = 32  # fewer rows leave most of a task's tiles empty: the float32 kern
 MIN_FLOPS = 1 << 26
 ROWS, STEPS, COLUMNS = 16, 32, 16  # a tile of A: ROWS x STEPS bfloat16; of C: ROWS x COLUMNS
 PARTS = 3
-# (part of A, part of B) products kept: those of weight 2^-16 and more of the product.
-PRODUCTS = tuple((pa, pb) for pa in range(PARTS) for pb in range(PARTS) if pa + pb < PARTS)
 _SLAB_COLUMNS = 1024  # weight_parts' columns at a time
 _RESIDENT_BYTES = 1 << 20  # weights' parts held in L2 across a task's column blocks
 _ROW_TASKS_MIN = 8
@@ -256,7 +255,7 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
                         T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(
                             a[row_tile + 1, step_block, pa, 0, 0]), T.int64(tile_bytes)))
                         for pb in T.unroll(PARTS):
-                            if pa + pb < PARTS:
+                            if pa + pb < PARTS:  # products of 2^-16 of a product and more
                                 T.evaluate(_intrinsic("tileloadd64", T.int8(6), T.address_of(
                                     b[column_tile, step_block, pb, 0, 0]), T.int64(tile_bytes)))
                                 T.evaluate(_intrinsic("tileloadd64", T.int8(7), T.address_of(
