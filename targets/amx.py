@@ -61,7 +61,9 @@ _RESIDENT_BYTES = 1 << 20  # weights' parts held in L2 across a task's column bl
 _ROW_TASKS_MIN = 8
 _SMALLEST_NORMAL = 0x0080  # bfloat16 2^-126
 _OPAQUE = 8  # relax's OpPatternKind kOpaque
-_ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
+# syscall's arguments asking Linux for AMX's tile state: arch_prctl(ARCH_REQ_XCOMP_PERM,
+# XFEATURE_XTILEDATA), x86-64's numbers.
+AMX_PERMISSION_SYSCALL = (158, 0x1023, 18)
 
 
 def has_amx(target: tvm.target.Target) -> bool:
@@ -230,8 +232,8 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
                      "cpu_schedule_rule": "AMX"})
         # Linux lends a process AMX's 8 KiB of tile state only once it asks (else the first
         # tile instruction raises SIGILL); asking again is a no-op.
-        T.evaluate(T.call_extern("int64", "syscall", T.int64(_SYS_ARCH_PRCTL),
-                                 T.int64(_ARCH_REQ_XCOMP_PERM), T.int64(_XFEATURE_XTILEDATA)))
+        T.evaluate(T.call_extern("int64", "syscall",
+                                 *[T.int64(number) for number in AMX_PERMISSION_SYSCALL]))
         for task in T.parallel(tasks):
             config = T.alloc_buffer((64,), "uint8", scope="local")
             staged = T.alloc_buffer((2 * ROWS, 2 * COLUMNS), "float32", scope="local")

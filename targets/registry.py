@@ -12,6 +12,7 @@ from functools import cache, cached_property, lru_cache
 import tvm
 import tvm_ffi
 
+from .amx import AMX_PERMISSION_SYSCALL
 from .layouts import CPU_LAYOUTS
 
 # Where a target's kernels get their schedules, tried in the order a spec lists them.
@@ -128,8 +129,7 @@ _AMX_FLAGS = {"amx_tile": "amx-tile", "amx_bf16": "amx-bf16"}
 def _amx_granted() -> bool:
     """Whether Linux lends this process AMX's tile state (5.16 and later do, on request)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syscall(158, 0x1023, 18) == 0  # arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)
+        return ctypes.CDLL(None).syscall(*AMX_PERMISSION_SYSCALL) == 0
     except (OSError, AttributeError):
         return False
 
