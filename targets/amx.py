@@ -13,14 +13,18 @@ BERT-base on a 2-core Xeon, kernel medians in the model (float32 kernels -> AMX)
 (the weights' parts come from memory at each run: hot in cache, 0.26, 1.07 and 1.27 ms); all
 kernels 95.9 -> 76.7 ms.
 
-- ``amx_products``: a float32 matmul of activations [.., M, K] by a constant [K, N], and a 1x1
-  NHWC convolution by constant weights (a matmul of its pixels by the weights), becomes a
+- ``amx_products``: a float32 matmul of activations [.., M, K] by a constant [K, N], and an
+  NHWC convolution by constant weights (a matmul of its windows by the weights), becomes a
   kernel splitting the activations into their parts (scheduled by the default rules; nothing
   fused into it, or a GELU there would be computed once a part) and the AMX kernel, which reads
   the weights' parts laid out when compiling (``weight_parts``; 1.5 times the float32 weights'
-  bytes, written to the engine's weight files as they are made). Products of fewer than 32
-  rows or less than MIN_FLOPS stay float32. Tuning leaves the AMX kernel as it is (its tasks
-  are dropped). Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms;
+  bytes, written to the engine's weight files as they are made). A 1x1 convolution's rows are
+  its pixels; a wider window's taps are read from its input's parts in place (``Window``), so
+  3x3 convolutions take AMX before Winograd's rewrite. Products of fewer than 32 rows or less
+  than MIN_FLOPS stay float32. Tuning leaves the AMX kernel as it is (its tasks are dropped).
+  Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms with its 1x1
+  convolutions on AMX, -> 29.6 with its 3x3 ones too (these 13.5 -> 10.0 ms a run: 56 x 56
+  ones 680 GFLOP/s, 7 x 7 ones, 512 channels, 200, bound by reading their weights' parts);
   ViT-B/16 149.8 -> 127.0; ConvNeXt-T 41.2 -> 38.5.
 
 Tiles are 16 rows of 64 bytes: tiles of A are 16 rows by 32 reduction steps, tiles of B 16
@@ -35,6 +39,7 @@ flush to zero under float32's smallest normal.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -172,6 +177,82 @@ def _pointwise_parts(x: te.Tensor, strides: tuple, padded_rows: int) -> te.Tenso
                       name="amx_parts")
 
 
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A convolution's windows as rows of A. Its padded input splits into stride x stride
+    phases (phase (a, b): pixels (stride i + a, stride j + b)), each an image of ``height`` x
+    ``width`` pixels, stored as rows (image, i, j) of ``channel_blocks`` x STEPS channels
+    (_window_parts). Output pixel (n, h, w) is row (n, h, w) of C, and its window's tap (kh,
+    kw) is row (n, h + kh // stride, w + kw // stride) of phase (kh % stride, kw % stride):
+    for every tap, 16 outputs in a row read 16 rows in a row, one strided tile, so no window
+    is copied (as im2col would, 9 x 1.5 times the input's bytes for 3x3). C's rows past an
+    output row's end (the phase image is wider) are computed and dropped."""
+    batch: int
+    height: int
+    width: int
+    channel_blocks: int
+    kernel: tuple[int, int]
+    stride: int
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.height * self.width
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The parts' shape: [phase, row, channel block, part, channel]; zero rows follow
+        the last image, as far as the last tile's farthest tap reads."""
+        reach = (self.kernel[0] - 1) // self.stride * self.width + \
+            (self.kernel[1] - 1) // self.stride
+        return (self.stride ** 2, _round_up(self.rows, 2 * ROWS) + reach,
+                self.channel_blocks, PARTS, STEPS)
+
+    @property
+    def row_bytes(self) -> int:
+        return 2 * self.channel_blocks * PARTS * STEPS
+
+    def tile(self, a: tirx.Buffer, first_row, step_block, part) -> tirx.PrimExpr:
+        """The first element of A's tile for rows ``first_row`` on, step block
+        ``step_block`` (tap (kh, kw), channel block) of the weights' [KH KW C, O] rows."""
+        tap, block = step_block // self.channel_blocks, step_block % self.channel_blocks
+        kh, kw = tap // self.kernel[1], tap % self.kernel[1]
+        return a[kh % self.stride * self.stride + kw % self.stride,
+                 first_row + kh // self.stride * self.width + kw // self.stride, block, part, 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tiles:
+    """A laid out as _activation_parts does: [Mp / ROWS, step blocks, PARTS, ROWS, STEPS]."""
+    padded_rows: int
+    step_blocks: int
+    row_bytes = 2 * STEPS
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.padded_rows // ROWS, self.step_blocks, PARTS, ROWS, STEPS)
+
+    def tile(self, a: tirx.Buffer, first_row, step_block, part) -> tirx.PrimExpr:
+        return a[first_row // ROWS, step_block, part, 0, 0]
+
+
+def _window_parts(x: te.Tensor, window: Window, padding: tuple) -> te.Tensor:
+    """The parts of NHWC ``x`` (padded by ``padding``: top, left) laid out as ``window``
+    reads them, zeros in the padding and past the last image."""
+    batch, height, width, _ = (int(d) for d in x.shape)
+    stride, image = window.stride, window.height * window.width
+
+    def element(phase, row, block, part, step):
+        n, pixel = row // image, row % image
+        h = pixel // window.width * stride + phase // stride - padding[0]
+        w = pixel % window.width * stride + phase % stride - padding[1]
+        inside = tirx.all(n < batch, h >= 0, h < height, w >= 0, w < width)
+        value = x[tirx.min(n, batch - 1), tirx.max(tirx.min(h, height - 1), 0),
+                  tirx.max(tirx.min(w, width - 1), 0), block * STEPS + step]
+        return tirx.Select(inside, _part(value, part), tirx.const(0, "uint16"))
+
+    return te.compute(window.shape, element, name="amx_parts")
+
+
 def weight_parts_shape(depth: int, columns: int) -> list[int]:
     return [_round_up(columns, 2 * COLUMNS) // COLUMNS, _round_up(depth, STEPS) // STEPS, PARTS,
             STEPS // 2, 2 * COLUMNS]
@@ -207,12 +288,15 @@ def _intrinsic(name: str, *args) -> tirx.PrimExpr:
 
 
 @functools.cache
-def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
-    """``(A parts, B parts) -> C``: C[M, N] float32 = A B, from their parts as
-    _activation_parts and weight_parts lay them out."""
+def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
+               ) -> tirx.PrimFunc:
+    """``(A parts, B parts) -> C``: C[M, N] float32 = A B, from their parts as weight_parts
+    and _activation_parts lay them out, or as _window_parts does for ``window`` (M its
+    rows)."""
     padded_rows, padded_depth = _round_up(rows, 2 * ROWS), _round_up(depth, STEPS)
     padded_columns = _round_up(columns, 2 * COLUMNS)
     step_blocks, row_pairs = padded_depth // STEPS, padded_rows // (2 * ROWS)
+    a_layout = window or _Tiles(padded_rows, step_blocks)
     column_pairs = padded_columns // (2 * COLUMNS)
     # A parallel task: a block of rows across all columns where the weights' parts stay in
     # L2 and there are rows enough to share out (each task reads the weights again); else a
@@ -220,11 +304,11 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
     rows_outer = 6 * padded_depth * padded_columns <= _RESIDENT_BYTES and \
         row_pairs >= _ROW_TASKS_MIN
     tasks, blocks = (row_pairs, column_pairs) if rows_outer else (column_pairs, row_pairs)
-    tile_bytes, c_stride = 2 * STEPS, 4 * columns
+    tile_bytes, c_stride, a_stride = 2 * STEPS, 4 * columns, T.int64(a_layout.row_bytes)
     whole = rows % (2 * ROWS) == 0 and columns % (2 * COLUMNS) == 0
 
     @T.prim_func(private=True)
-    def amx_matmul(a: T.Buffer((padded_rows // ROWS, step_blocks, PARTS, ROWS, STEPS), "uint16"),
+    def amx_matmul(a: T.Buffer(a_layout.shape, "uint16"),
                    b: T.Buffer((padded_columns // COLUMNS, step_blocks, PARTS, STEPS // 2,
                                 2 * COLUMNS), "uint16"),
                    c: T.Buffer((rows, columns), "float32")):
@@ -253,9 +337,9 @@ def amx_kernel(rows: int, depth: int, columns: int) -> tirx.PrimFunc:
                     # Tiles 4, 5: A's two row tiles; 6, 7: B's two column tiles; 0-3: C.
                     for pa in T.unroll(PARTS):
                         T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(
-                            a[row_tile, step_block, pa, 0, 0]), T.int64(tile_bytes)))
+                            a_layout.tile(a, row_tile * ROWS, step_block, pa)), a_stride))
                         T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(
-                            a[row_tile + 1, step_block, pa, 0, 0]), T.int64(tile_bytes)))
+                            a_layout.tile(a, row_tile * ROWS + ROWS, step_block, pa)), a_stride))
                         for pb in T.unroll(PARTS):
                             if pa + pb < PARTS:  # products of 2^-16 of a product and more
                                 T.evaluate(_intrinsic("tileloadd64", T.int8(6), T.address_of(
@@ -306,31 +390,42 @@ def _float32(*exprs) -> bool:
 
 
 def _matmul_operands(call: relax.Call, lookup):
-    """(x dims, [K, N] weights) of a float32 matmul by constant weights, else None."""
+    """(x dims, [K, N] weights, None) of a float32 matmul by constant weights, else None."""
     x, weight = call.args
     x_dims, weight_dims = static_dims(x), static_dims(weight)
     if x_dims is None or weight_dims is None or len(weight_dims) != 2 or len(x_dims) < 2 \
             or x_dims[-1] != weight_dims[0] or not _float32(x, weight, call):
         return None
     weights = _constant_array(weight, lookup)
-    return None if weights is None else (x_dims, weights)
+    return None if weights is None else (x_dims, weights, None)
 
 
 def _convolution_operands(call: relax.Call, lookup):
-    """(x dims, [C, O] weights) of a float32 1x1 NHWC convolution by constant OHWI weights,
-    unpadded and ungrouped, of a multiple of STEPS input channels, else None. Wider windows
-    stay float32: their parts, one window a row, are 9 x 1.5 times the input's bytes for 3x3
-    (ResNet-50 ran 45.7 ms a run with its 3x3 convolutions on AMX, 37.2 without)."""
+    """(x dims, [KH KW C, O] weights, Window or None) of a float32 NHWC convolution by
+    constant OHWI weights, ungrouped and undilated, of a multiple of STEPS input channels and
+    equal strides of 1 or 2 (2 x 2 phases at most), else None. The Window is None for a 1x1
+    unpadded one (its pixels are the rows: _pointwise_parts)."""
     attrs = call.attrs
     x_dims, weight_dims = static_dims(call.args[0]), static_dims(call.args[1])
+    strides = [int(s) for s in attrs.strides]
     if (x_dims is None or weight_dims is None or attrs.data_layout != "NHWC"
             or attrs.kernel_layout != "OHWI" or (attrs.out_layout or "NHWC") != "NHWC"
-            or attrs.groups != 1 or weight_dims[1:3] != [1, 1]
-            or any(int(p) for p in attrs.padding) or x_dims[3] % STEPS
+            or attrs.groups != 1 or any(int(d) != 1 for d in attrs.dilation)
+            or strides[0] != strides[1] or strides[0] not in (1, 2) or x_dims[3] % STEPS
             or not _float32(*call.args, call)):
         return None
     weights = _constant_array(call.args[1], lookup)
-    return None if weights is None else (x_dims, weights.reshape(weights.shape[0], -1).T)
+    if weights is None:
+        return None
+    weights = weights.reshape(weights.shape[0], -1).T
+    padding = [int(p) for p in attrs.padding]
+    if weight_dims[1:3] == [1, 1] and not any(padding):
+        return x_dims, weights, None
+    batch, height, width, channels = x_dims
+    window = Window(batch, -(-(height + padding[0] + padding[2]) // strides[0]),
+                    -(-(width + padding[1] + padding[3]) // strides[0]), channels // STEPS,
+                    tuple(weight_dims[1:3]), strides[0])
+    return x_dims, weights, window
 
 
 @relax.expr_functor.mutator
@@ -353,36 +448,43 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
         rows = int(np.prod(out_dims[:-1]))
         if operands is None or rows < MIN_ROWS:
             return call
-        x_dims, weights = operands
+        x_dims, weights, window = operands
         depth, columns = weights.shape
         if 2 * rows * depth * columns < MIN_FLOPS:
             return call
-        padded_rows = _round_up(rows, 2 * ROWS)
-        if name == "relax.matmul":
-            x = call.args[0]
-            if len(x_dims) > 2:
-                x = self.builder_.emit(relax.op.reshape(x, [rows, depth]))
-            parts_call = self.builder_.call_te(
-                _activation_parts, x, padded_rows=padded_rows,
-                padded_depth=_round_up(depth, STEPS), primfunc_name_hint="amx_parts")
+        if window is not None:
+            rows = window.rows
+            parts = functools.partial(_window_parts, window=window, padding=tuple(
+                int(p) for p in call.attrs.padding[:2]))
+        elif name == "relax.matmul":
+            parts = functools.partial(_activation_parts, padded_rows=_round_up(rows, 2 * ROWS),
+                                      padded_depth=_round_up(depth, STEPS))
         else:
-            parts_call = self.builder_.call_te(
-                _pointwise_parts, call.args[0], strides=tuple(int(v) for v in call.attrs.strides),
-                padded_rows=padded_rows, primfunc_name_hint="amx_parts")
+            parts = functools.partial(
+                _pointwise_parts, strides=tuple(int(v) for v in call.attrs.strides),
+                padded_rows=_round_up(rows, 2 * ROWS))
+        x = call.args[0]
+        if name == "relax.matmul" and len(x_dims) > 2:
+            x = self.builder_.emit(relax.op.reshape(x, [rows, depth]))
+        parts_call = self.builder_.call_te(parts, x, primfunc_name_hint="amx_parts")
         # Opaque to fusion: a producer fused in (a GELU) would be computed once a part.
         parts_kernel = parts_call.args[0]
         self.builder_.update_func(parts_kernel, self.builder_.get()[parts_kernel].with_attr(
             "op_pattern", _OPAQUE))
-        key = (rows, depth, columns)
+        key = (rows, depth, columns, window)
         if key not in self.kernels:
             self.kernels[key] = self.builder_.add_func(amx_kernel(*key), "amx_matmul")
         product = relax.call_tir(
             self.kernels[key], [self.builder_.emit(parts_call), self._weight_parts(weights)],
             relax.TensorType([rows, columns], "float32"))
+        if window is not None:  # C's rows are the phase image's pixels: the outputs' come out
+            images = relax.op.reshape(self.builder_.emit(product),
+                                      [window.batch, window.height, window.width, columns])
+            return relax.op.strided_slice(self.builder_.emit(images), axes=[1, 2],
+                                          begin=[0, 0], end=out_dims[1:3])
         if len(out_dims) == 2:
             return product
         return relax.op.reshape(self.builder_.emit(product), out_dims)
-
 
     def _weight_parts(self, weights: np.ndarray) -> relax.Constant:
         """The weights' parts as a constant, made in a weight file a slab at a time where

@@ -338,9 +338,10 @@ def pad_conv_channels(vector_bits: int) -> tvm.transform.Pass:
     return pad
 
 
-def conv_rewrites(target: tvm.target.Target) -> list:
-    """The rewrites, channels padded to ``target``'s vector width."""
+def conv_rewrites(target: tvm.target.Target, before_winograd: list = ()) -> list:
+    """The rewrites, channels padded to ``target``'s vector width; ``before_winograd`` are
+    rewrites that take convolutions Winograd's would otherwise (targets.amx's)."""
     with target:
         vector_bits = tvm.target.codegen.llvm_get_vector_width(target)
     return [pool_concat_parts, split_concat_convs, pad_conv_channels(vector_bits),
-            winograd_convs]
+            *before_winograd, winograd_convs]

@@ -739,11 +739,11 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
     theirs), exactly as compile_module does before it applies tuning records (so a tuned
     workload matches at compile time); weights it lays out go to ``weight_files``."""
     target = spec.tvm_target()
-    rewrites = conv_rewrites(target) if spec.conv_rewrites else []
-    if "cpu-default" in spec.schedules:
+    cpu_default = "cpu-default" in spec.schedules
+    amx = [amx_products(weight_files)] if cpu_default and has_amx(target) else []
+    rewrites = conv_rewrites(target, amx) if spec.conv_rewrites else amx
+    if cpu_default:
         rewrites.append(powers_by_roots)
-        if has_amx(target):
-            rewrites.append(amx_products(weight_files))
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)

@@ -64,6 +64,32 @@ def test_the_parts_kernel_lays_out_each_values_parts_as_numpy_does():
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+@pytest.mark.parametrize("stride, padding", [(1, (1, 1)), (2, (1, 0))])
+def test_a_windows_parts_are_its_padded_inputs_phases(stride, padding):
+    """Runs on any CPU: row (n, i, j) of phase (a, b) holds the parts of padded pixel
+    (n, stride i + a, stride j + b), zeros in the padding and past the images."""
+    x_shape = (2, 5, 7, 64)
+    values = RNG.standard_normal(x_shape).astype(np.float32)
+    window = amx.Window(2, -(-(5 + 2 * padding[0]) // stride), -(-(7 + 2 * padding[1]) // stride),
+                        2, (3, 3), stride)
+    x = te.placeholder(x_shape, "float32", name="x")
+    parts = amx._window_parts(x, window, padding)
+    module = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, parts])}),
+                         target="llvm")
+    got = tvm.runtime.tensor(np.full(window.shape, 7, np.uint16))
+    module["main"](tvm.runtime.tensor(values), got)
+    images = np.zeros((amx.PARTS, 2, window.height * stride, window.width * stride, 64),
+                      np.uint16)
+    for index, part in enumerate(amx.float32_parts(values)):
+        images[index, :, padding[0]:padding[0] + 5, padding[1]:padding[1] + 7] = part
+    for a in range(stride):
+        for b in range(stride):
+            phase = images[:, :, a::stride, b::stride].reshape(amx.PARTS, -1, 2, 32)
+            want = np.zeros((window.shape[1], 2, amx.PARTS, 32), np.uint16)
+            want[:phase.shape[1]] = phase.transpose(1, 2, 0, 3)
+            np.testing.assert_array_equal(got.numpy()[a * stride + b], want)
+
+
 def test_weight_tiles_pair_two_reduction_steps_per_column():
     depth, columns = 70, 40
     weight = RNG.standard_normal((depth, columns)).astype(np.float32)
@@ -210,11 +236,36 @@ def test_a_1x1_convolution_on_amx_matches_float64(x_shape, out_channels, strides
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=2e-6)
 
 
-def test_a_windowed_convolution_keeps_its_float32_kernels(small_products_on_amx):
-    """3x3 windows: their parts would be 9 x 1.5 times the input's bytes (ResNet-50's 56 x 56
-    ones ran slower so)."""
-    weight = RNG.standard_normal((64, 3, 3, 64)).astype(np.float32)
-    mod = conv_module((1, 14, 14, 64), weight, (1, 1), [1, 1, 1, 1])
+@needs_amx
+@pytest.mark.parametrize("x_shape, out_channels, kernel, strides, padding", [
+    ((1, 14, 14, 64), 48, 3, (1, 1), [1, 1, 1, 1]),  # C's columns past the edge
+    ((2, 9, 11, 32), 64, 3, (1, 1), [0, 0, 0, 0]),  # two images, no padding
+    ((1, 15, 13, 64), 32, 3, (2, 2), [1, 1, 1, 1]),  # four phases, odd sizes
+    ((1, 16, 16, 32), 32, 3, (2, 2), [0, 1, 1, 0]),  # padding on two sides only
+    ((1, 12, 10, 32), 40, 5, (1, 1), [2, 2, 2, 2]),
+    ((1, 20, 20, 32), 32, 1, (1, 1), [1, 1, 1, 1])])  # a padded 1x1 one: a 1-tap window
+def test_a_windowed_convolution_on_amx_matches_float64(x_shape, out_channels, kernel, strides,
+                                                       padding, small_products_on_amx):
+    weight = (RNG.standard_normal((out_channels, kernel, kernel, x_shape[-1]))
+              * 0.1).astype(np.float32)
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    mod = conv_module(x_shape, weight, strides, padding)
+    assert "amx_matmul" in kernel_names(mod)
+    (got,) = compile_module(mod, HOST).run([x])
+    exact = numpy_conv(x, weight, strides, padding)
+    assert got.shape == exact.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=4e-6)
+
+
+@pytest.mark.parametrize("strides, dilation, groups", [((3, 3), 1, 1), ((1, 2), 1, 1),
+                                                       ((1, 1), 2, 1), ((1, 1), 1, 2)])
+def test_a_convolution_amx_does_not_take_keeps_its_float32_kernels(strides, dilation, groups,
+                                                                   small_products_on_amx):
+    """Strides other than 1 or 2 in both directions, dilations and groups stay float32."""
+    weight = const(RNG.standard_normal((64, 64 // groups, 3, 3)).astype(np.float32))
+    mod = relax_module({"x": ((1, 14, 14, 64), "float32")}, lambda x: relax.op.nn.conv2d(
+        x, relax.op.permute_dims(weight, [0, 2, 3, 1]), strides=strides, padding=[1, 1, 1, 1],
+        dilation=dilation, groups=groups, data_layout="NHWC", kernel_layout="OHWI"))
     assert not any(name.startswith("amx") for name in kernel_names(
         mod, targets.get_target("llvm:sapphirerapids:4")))
 
