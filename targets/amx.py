@@ -44,7 +44,7 @@ import functools
 
 import numpy as np
 import tvm
-from tvm import relax, te, tirx
+from tvm import relax, s_tir, te, tirx
 from tvm.script import tirx as T
 from tvm.target.codegen import target_has_features
 
@@ -251,6 +251,22 @@ def _window_parts(x: te.Tensor, window: Window, padding: tuple) -> te.Tensor:
         return tirx.Select(inside, _part(value, part), tirx.const(0, "uint16"))
 
     return te.compute(window.shape, element, name="amx_parts")
+
+
+def _parts_scheduled(func: tirx.PrimFunc, part_axis: int) -> tirx.PrimFunc:
+    """A parts kernel's schedule: its first two loops in parallel, a row's channels in
+    vectors, and its three parts (axis ``part_axis``) unrolled within, so they share the
+    value's load and bit operations (the default rules' loops made each part alone, and each
+    of those computed all three: ResNet-50's 56 x 56 x 256 pixels took 0.40 ms, 0.15 so)."""
+    sch = s_tir.Schedule(func)
+    block = sch.get_sblock("amx_parts")
+    loops = list(sch.get_loops(block))
+    part = loops.pop(part_axis)
+    sch.reorder(*loops[:-1], part, loops[-1])
+    sch.parallel(sch.fuse(loops[0], loops[1]))
+    sch.unroll(part)
+    sch.vectorize(loops[-1])
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
 
 def weight_parts_shape(depth: int, columns: int) -> list[int]:
@@ -469,8 +485,9 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
         parts_call = self.builder_.call_te(parts, x, primfunc_name_hint="amx_parts")
         # Opaque to fusion: a producer fused in (a GELU) would be computed once a part.
         parts_kernel = parts_call.args[0]
-        self.builder_.update_func(parts_kernel, self.builder_.get()[parts_kernel].with_attr(
-            "op_pattern", _OPAQUE))
+        self.builder_.update_func(parts_kernel, _parts_scheduled(
+            self.builder_.get()[parts_kernel], 2 if window is None else 3
+        ).with_attr("op_pattern", _OPAQUE))
         key = (rows, depth, columns, window)
         if key not in self.kernels:
             self.kernels[key] = self.builder_.add_func(amx_kernel(*key), "amx_matmul")
