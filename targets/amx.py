@@ -207,33 +207,6 @@ class Window:
         return (self.stride ** 2, _round_up(self.rows, 2 * ROWS) + reach,
                 self.channel_blocks, PARTS, STEPS)
 
-    @property
-    def row_bytes(self) -> int:
-        return 2 * self.channel_blocks * PARTS * STEPS
-
-    def tile(self, a: tirx.Buffer, first_row, step_block, part) -> tirx.PrimExpr:
-        """The first element of A's tile for rows ``first_row`` on, step block
-        ``step_block`` (tap (kh, kw), channel block) of the weights' [KH KW C, O] rows."""
-        tap, block = step_block // self.channel_blocks, step_block % self.channel_blocks
-        kh, kw = tap // self.kernel[1], tap % self.kernel[1]
-        return a[kh % self.stride * self.stride + kw % self.stride,
-                 first_row + kh // self.stride * self.width + kw // self.stride, block, part, 0]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Tiles:
-    """A laid out as _activation_parts does: [Mp / ROWS, step blocks, PARTS, ROWS, STEPS]."""
-    padded_rows: int
-    step_blocks: int
-    row_bytes = 2 * STEPS
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.padded_rows // ROWS, self.step_blocks, PARTS, ROWS, STEPS)
-
-    def tile(self, a: tirx.Buffer, first_row, step_block, part) -> tirx.PrimExpr:
-        return a[first_row // ROWS, step_block, part, 0, 0]
-
 
 def _window_parts(x: te.Tensor, window: Window, padding: tuple) -> te.Tensor:
     """The parts of NHWC ``x`` (padded by ``padding``: top, left) laid out as ``window``
@@ -267,6 +240,18 @@ def _parts_scheduled(func: tirx.PrimFunc, part_axis: int) -> tirx.PrimFunc:
     sch.unroll(part)
     sch.vectorize(loops[-1])
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+@functools.cache
+def parts_kernel(parts, x_dims: tuple, *args) -> tuple[tirx.PrimFunc, list[int]]:
+    """The scheduled kernel making ``parts(x, *args)`` (_activation_parts, _pointwise_parts or
+    _window_parts) of a float32 ``x`` of ``x_dims``, opaque to fusion (a producer fused in, a
+    GELU, would be computed once a part), and the parts' shape."""
+    x = te.placeholder(x_dims, "float32", name="x")
+    made = parts(x, *args)
+    kernel = _parts_scheduled(te.create_prim_func([x, made]).without_attr("global_symbol"),
+                              3 if parts is _window_parts else 2)
+    return kernel.with_attr("op_pattern", _OPAQUE), [int(d) for d in made.shape]
 
 
 def weight_parts_shape(depth: int, columns: int) -> list[int]:
@@ -308,33 +293,77 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
                ) -> tirx.PrimFunc:
     """``(A parts, B parts) -> C``: C[M, N] float32 = A B, from their parts as weight_parts
     and _activation_parts lay them out, or as _window_parts does for ``window`` (M its
-    rows)."""
-    padded_rows, padded_depth = _round_up(rows, 2 * ROWS), _round_up(depth, STEPS)
-    padded_columns = _round_up(columns, 2 * COLUMNS)
-    step_blocks, row_pairs = padded_depth // STEPS, padded_rows // (2 * ROWS)
-    a_layout = window or _Tiles(padded_rows, step_blocks)
-    column_pairs = padded_columns // (2 * COLUMNS)
+    rows): _amx_template's kernel for its kind, specialized to these sizes."""
+    padded_depth, padded_columns = _round_up(depth, STEPS), _round_up(columns, 2 * COLUMNS)
     # A parallel task: a block of rows across all columns where the weights' parts stay in
     # L2 and there are rows enough to share out (each task reads the weights again); else a
     # block of columns down all rows (the weights read once).
     rows_outer = 6 * padded_depth * padded_columns <= _RESIDENT_BYTES and \
-        row_pairs >= _ROW_TASKS_MIN
-    tasks, blocks = (row_pairs, column_pairs) if rows_outer else (column_pairs, row_pairs)
-    tile_bytes, c_stride, a_stride = 2 * STEPS, 4 * columns, T.int64(a_layout.row_bytes)
-    whole = rows % (2 * ROWS) == 0 and columns % (2 * COLUMNS) == 0
+        _round_up(rows, 2 * ROWS) // (2 * ROWS) >= _ROW_TASKS_MIN
+    template = _amx_template(rows_outer, window and (window.kernel, window.stride))
+    sizes = {"rows": rows, "columns": columns, "step_blocks": padded_depth // STEPS}
+    if window is not None:
+        sizes.update(width=window.width, channel_blocks=window.channel_blocks,
+                     a_rows=window.shape[1])
+    params = {param.name: param for param in template.params}
+    return template.specialize({params[name]: tirx.const(value, "int64")
+                                for name, value in sizes.items()})
+
+
+def _window_tile(a: tirx.Buffer, kernel: tuple, stride: int, width, channel_blocks, first_row,
+                 step_block, part) -> tirx.PrimExpr:
+    """Window.tile, of a phase image ``width`` wide and ``channel_blocks`` deep."""
+    tap, block = step_block // channel_blocks, step_block % channel_blocks
+    kh, kw = tap // kernel[1], tap % kernel[1]
+    return a[kh % stride * stride + kw % stride, first_row + kh // stride * width + kw // stride,
+             block, part, 0]
+
+
+@functools.cache
+def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
+    """The AMX kernel of one kind, its sizes parameters (rows, columns, step_blocks; of
+    a window (``(kernel, stride)``): width, channel_blocks and A's rows): parsing TVMScript
+    takes 0.1 s a kernel, and ResNet-50 has 21 sizes of 6 kinds."""
+    tile_bytes = 2 * STEPS
+
+    def pairs(extent):
+        return (extent + 2 * ROWS - 1) // (2 * ROWS)
+
+    def a_shape(rows, step_blocks, channel_blocks, a_rows):
+        if window is None:
+            return (2 * pairs(rows), step_blocks, PARTS, ROWS, STEPS)
+        return (window[1] ** 2, a_rows, channel_blocks, PARTS, STEPS)
+
+    def a_tile(a, first_row, step_block, part, width, channel_blocks):
+        if window is None:
+            return a[first_row // ROWS, step_block, part, 0, 0]
+        return _window_tile(a, *window, width, channel_blocks, first_row, step_block, part)
+
+    def a_stride(channel_blocks):
+        return T.int64(tile_bytes if window is None else tile_bytes * PARTS) * \
+            (T.int64(1) if window is None else channel_blocks)
+
+    def tasks(rows, columns):
+        return pairs(rows) if rows_outer else pairs(columns)
+
+    def blocks(rows, columns):
+        return pairs(columns) if rows_outer else pairs(rows)
 
     @T.prim_func(private=True)
-    def amx_matmul(a: T.Buffer(a_layout.shape, "uint16"),
-                   b: T.Buffer((padded_columns // COLUMNS, step_blocks, PARTS, STEPS // 2,
-                                2 * COLUMNS), "uint16"),
-                   c: T.Buffer((rows, columns), "float32")):
+    def amx_matmul(a_data: T.handle, b_data: T.handle, c_data: T.handle, rows: T.int64,
+                   columns: T.int64, step_blocks: T.int64, width: T.int64,
+                   channel_blocks: T.int64, a_rows: T.int64):
         T.func_attr({"tir.noalias": True, "tirx.is_scheduled": True,
                      "cpu_schedule_rule": "AMX"})
+        a = T.match_buffer(a_data, a_shape(rows, step_blocks, channel_blocks, a_rows), "uint16")
+        b = T.match_buffer(b_data, (2 * pairs(columns), step_blocks, PARTS, STEPS // 2,
+                                    2 * COLUMNS), "uint16")
+        c = T.match_buffer(c_data, (rows, columns), "float32")
         # Linux lends a process AMX's 8 KiB of tile state only once it asks (else the first
         # tile instruction raises SIGILL); asking again is a no-op.
         T.evaluate(T.call_extern("int64", "syscall",
                                  *[T.int64(number) for number in AMX_PERMISSION_SYSCALL]))
-        for task in T.parallel(tasks):
+        for task in T.parallel(tasks(rows, columns)):
             config = T.alloc_buffer((64,), "uint8", scope="local")
             staged = T.alloc_buffer((2 * ROWS, 2 * COLUMNS), "float32", scope="local")
             for byte in range(64):
@@ -344,7 +373,7 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
                 config[16 + 2 * tile] = T.uint8(tile_bytes)
                 config[48 + tile] = T.uint8(ROWS)
             T.evaluate(_intrinsic("ldtilecfg", T.address_of(config[0])))
-            for block in range(blocks):
+            for block in range(blocks(rows, columns)):
                 row_tile = (task if rows_outer else block) * 2
                 column_tile = (block if rows_outer else task) * 2
                 for tile in T.unroll(4):
@@ -352,10 +381,12 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
                 for step_block in range(step_blocks):
                     # Tiles 4, 5: A's two row tiles; 6, 7: B's two column tiles; 0-3: C.
                     for pa in T.unroll(PARTS):
-                        T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(
-                            a_layout.tile(a, row_tile * ROWS, step_block, pa)), a_stride))
-                        T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(
-                            a_layout.tile(a, row_tile * ROWS + ROWS, step_block, pa)), a_stride))
+                        T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(a_tile(
+                            a, row_tile * ROWS, step_block, pa, width, channel_blocks)),
+                            a_stride(channel_blocks)))
+                        T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(a_tile(
+                            a, row_tile * ROWS + ROWS, step_block, pa, width, channel_blocks)),
+                            a_stride(channel_blocks)))
                         for pb in T.unroll(PARTS):
                             if pa + pb < PARTS:  # products of 2^-16 of a product and more
                                 T.evaluate(_intrinsic("tileloadd64", T.int8(6), T.address_of(
@@ -367,10 +398,11 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
                                 T.evaluate(_intrinsic("tdpbf16ps", T.int8(2), T.int8(5), T.int8(6)))
                                 T.evaluate(_intrinsic("tdpbf16ps", T.int8(3), T.int8(5), T.int8(7)))
                 i0, j0 = row_tile * ROWS, column_tile * COLUMNS
-                if whole or (i0 + 2 * ROWS <= rows and j0 + 2 * COLUMNS <= columns):
+                if (rows % (2 * ROWS) == 0 and columns % (2 * COLUMNS) == 0) or (
+                        i0 + 2 * ROWS <= rows and j0 + 2 * COLUMNS <= columns):
                     for tile in T.unroll(4):
                         T.evaluate(_intrinsic("tilestored64", T.int8(tile), T.address_of(
-                            c[i0 + tile // 2 * ROWS, j0 + tile % 2 * COLUMNS]), T.int64(c_stride)))
+                            c[i0 + tile // 2 * ROWS, j0 + tile % 2 * COLUMNS]), columns * 4))
                 else:  # a block past C's edge: through a whole block on the stack
                     for tile in T.unroll(4):
                         T.evaluate(_intrinsic("tilestored64", T.int8(tile), T.address_of(
@@ -380,6 +412,10 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
                             c[i0 + i, j0 + j] = staged[i, j]
             T.evaluate(_intrinsic("tilerelease"))
 
+    if window is None:  # a window's sizes only
+        unused = {param.name: param for param in amx_matmul.params}
+        amx_matmul = amx_matmul.specialize({unused[name]: tirx.const(1, "int64")
+                                            for name in ("width", "channel_blocks", "a_rows")})
     return amx_matmul
 
 
@@ -449,6 +485,7 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
     def __init__(self, mod, weight_files: WeightFiles | None):
         super().__init__(mod)
         self.kernels: dict[tuple, tvm.ir.GlobalVar] = {}  # one AMX kernel a shape
+        self.parts_kernels: dict[tuple, tuple] = {}  # (kernel, parts' shape) an input shape
         self.weight_files = weight_files
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -468,26 +505,24 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
         depth, columns = weights.shape
         if 2 * rows * depth * columns < MIN_FLOPS:
             return call
+        x = call.args[0]
         if window is not None:
             rows = window.rows
-            parts = functools.partial(_window_parts, window=window, padding=tuple(
-                int(p) for p in call.attrs.padding[:2]))
+            parts = (_window_parts, window, tuple(int(p) for p in call.attrs.padding[:2]))
         elif name == "relax.matmul":
-            parts = functools.partial(_activation_parts, padded_rows=_round_up(rows, 2 * ROWS),
-                                      padded_depth=_round_up(depth, STEPS))
+            parts = (_activation_parts, _round_up(rows, 2 * ROWS), _round_up(depth, STEPS))
+            if len(x_dims) > 2:
+                x = self.builder_.emit(relax.op.reshape(x, [rows, depth]))
         else:
-            parts = functools.partial(
-                _pointwise_parts, strides=tuple(int(v) for v in call.attrs.strides),
-                padded_rows=_round_up(rows, 2 * ROWS))
-        x = call.args[0]
-        if name == "relax.matmul" and len(x_dims) > 2:
-            x = self.builder_.emit(relax.op.reshape(x, [rows, depth]))
-        parts_call = self.builder_.call_te(parts, x, primfunc_name_hint="amx_parts")
-        # Opaque to fusion: a producer fused in (a GELU) would be computed once a part.
-        parts_kernel = parts_call.args[0]
-        self.builder_.update_func(parts_kernel, _parts_scheduled(
-            self.builder_.get()[parts_kernel], 2 if window is None else 3
-        ).with_attr("op_pattern", _OPAQUE))
+            parts = (_pointwise_parts, tuple(int(v) for v in call.attrs.strides),
+                     _round_up(rows, 2 * ROWS))
+        parts_key = (parts[0], (rows, depth) if name == "relax.matmul" else tuple(x_dims),
+                     *parts[1:])
+        if parts_key not in self.parts_kernels:
+            kernel, shape = parts_kernel(*parts_key)
+            self.parts_kernels[parts_key] = self.builder_.add_func(kernel, "amx_parts"), shape
+        kernel, shape = self.parts_kernels[parts_key]
+        parts_call = relax.call_tir(kernel, [x], relax.TensorType(shape, "uint16"))
         key = (rows, depth, columns, window)
         if key not in self.kernels:
             self.kernels[key] = self.builder_.add_func(amx_kernel(*key), "amx_matmul")
