@@ -92,20 +92,23 @@ def float32_parts(values: np.ndarray) -> list[np.ndarray]:
     an infinity of the other operand times the number is an infinity, as in float32, not the
     NaN of infinity times zero."""
     bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
-    special = (bits & 0x7F800000) == 0x7F800000
-    quiet = np.where(special & ((bits & 0x7FFFFF) != 0), 0x40, 0).astype(np.uint32)
-    parts = [((bits >> 16) | quiet).astype(np.uint16)]
-    with np.errstate(invalid="ignore"):  # the infinities and NaNs, replaced by 0
-        rest = np.where(special, np.float32(0), bits.view(np.float32)
-                    - (bits & 0xFFFF0000).view(np.float32)).astype(np.float32)
-    for _ in range(PARTS - 1):
-        rest_bits = rest.view(np.uint32)
-        parts.append((rest_bits >> 16).astype(np.uint16))
-        rest = (rest - (rest_bits & 0xFFFF0000).view(np.float32)).astype(np.float32)
-    finite_nonzero = ~special & ((bits & 0x7FFFFFFF) != 0)
-    smallest = ((bits >> 16) & 0x8000 | _SMALLEST_NORMAL).astype(np.uint16)
-    return parts[:1] + [np.where(finite_nonzero & (part == 0), smallest, part)
-                        for part in parts[1:]]
+    parts, rest = [(bits >> 16).astype(np.uint16)], bits.view(np.float32)
+    with np.errstate(invalid="ignore"):  # an infinity's rest (NaN), replaced below
+        for _ in range(PARTS - 1):
+            rest = rest - (rest.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+            parts.append((rest.view(np.uint32) >> 16).astype(np.uint16))
+    # The few elements the rule makes otherwise, found by index: masks and selects over
+    # every element took most of the time (weight_parts of 768 x 3072: 63 -> 47 ms).
+    flat, parts_flat = bits.reshape(-1), [part.reshape(-1) for part in parts]
+    for part in parts_flat[1:]:
+        zero = np.flatnonzero(part == 0)
+        zero = zero[(flat[zero] & 0x7FFFFFFF != 0) & (flat[zero] & 0x7F800000 != 0x7F800000)]
+        part[zero] = (flat[zero] >> 16) & 0x8000 | _SMALLEST_NORMAL
+    special = np.flatnonzero(flat & 0x7F800000 == 0x7F800000)
+    parts_flat[0][special] |= np.where(flat[special] & 0x7FFFFF != 0, 0x40, 0).astype(np.uint16)
+    for part in parts_flat[1:]:
+        part[special] = 0
+    return parts
 
 
 def _part(value: tirx.PrimExpr, part: tirx.PrimExpr) -> tirx.PrimExpr:
