@@ -15,13 +15,14 @@ kernels 95.9 -> 76.7 ms.
 
 - ``amx_products``: a float32 matmul of activations [.., M, K] by a constant [K, N], and an
   NHWC convolution by constant weights (a matmul of its windows by the weights), becomes a
-  kernel splitting the activations into their parts (scheduled by the default rules; nothing
+  kernel splitting the activations into their parts (``parts_kernel``, scheduled here; nothing
   fused into it, or a GELU there would be computed once a part) and the AMX kernel, which reads
   the weights' parts laid out when compiling (``weight_parts``; 1.5 times the float32 weights'
   bytes, written to the engine's weight files as they are made). A 1x1 convolution's rows are
   its pixels; a wider window's taps are read from its input's parts in place (``Window``), so
   3x3 convolutions take AMX before Winograd's rewrite. Products of fewer than 32 rows or less
-  than MIN_FLOPS stay float32. Tuning leaves the AMX kernel as it is (its tasks are dropped).
+  than MIN_FLOPS stay float32. Tuning leaves both kernels as they are (their tasks are
+  dropped).
   Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms with its 1x1
   convolutions on AMX, -> 29.6 with its 3x3 ones too (these 13.5 -> 10.0 ms a run: 56 x 56
   ones 680 GFLOP/s, 7 x 7 ones, 512 channels, 200, bound by reading their weights' parts);
@@ -303,7 +304,8 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
     # block of columns down all rows (the weights read once).
     rows_outer = 6 * padded_depth * padded_columns <= _RESIDENT_BYTES and \
         _round_up(rows, 2 * ROWS) // (2 * ROWS) >= _ROW_TASKS_MIN
-    template = _amx_template(rows_outer, window and (window.kernel, window.stride))
+    template = _amx_template(rows_outer, None if window is None else (window.kernel,
+                                                                    window.stride))
     sizes = {"rows": rows, "columns": columns, "step_blocks": padded_depth // STEPS}
     if window is not None:
         sizes.update(width=window.width, channel_blocks=window.channel_blocks,
@@ -315,7 +317,9 @@ def amx_kernel(rows: int, depth: int, columns: int, window: Window | None = None
 
 def _window_tile(a: tirx.Buffer, kernel: tuple, stride: int, width, channel_blocks, first_row,
                  step_block, part) -> tirx.PrimExpr:
-    """Window.tile, of a phase image ``width`` wide and ``channel_blocks`` deep."""
+    """The first element of A's tile for rows ``first_row`` on and step block ``step_block``
+    (tap (kh, kw), channel block: the weights' [KH KW C, O] rows), in a Window's parts of
+    phase images ``width`` wide and ``channel_blocks`` deep."""
     tap, block = step_block // channel_blocks, step_block % channel_blocks
     kh, kw = tap // kernel[1], tap % kernel[1]
     return a[kh % stride * stride + kw % stride, first_row + kh // stride * width + kw // stride,
@@ -324,9 +328,10 @@ def _window_tile(a: tirx.Buffer, kernel: tuple, stride: int, width, channel_bloc
 
 @functools.cache
 def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
-    """The AMX kernel of one kind, its sizes parameters (rows, columns, step_blocks; of
-    a window (``(kernel, stride)``): width, channel_blocks and A's rows): parsing TVMScript
-    takes 0.1 s a kernel, and ResNet-50 has 21 sizes of 6 kinds."""
+    """The AMX kernel of one kind (tasks of rows or of columns; a window's ``(kernel,
+    stride)`` or None) with its sizes as parameters, for amx_kernel to specialize: rows,
+    columns, step_blocks, and a window's width, channel_blocks and A's rows. Parsing
+    TVMScript takes 0.1 s a kernel, and ResNet-50 has 21 sizes of 6 kinds."""
     tile_bytes = 2 * STEPS
 
     def pairs(extent):
@@ -342,9 +347,8 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
             return a[first_row // ROWS, step_block, part, 0, 0]
         return _window_tile(a, *window, width, channel_blocks, first_row, step_block, part)
 
-    def a_stride(channel_blocks):
-        return T.int64(tile_bytes if window is None else tile_bytes * PARTS) * \
-            (T.int64(1) if window is None else channel_blocks)
+    def a_stride(channel_blocks):  # bytes from a tile's row to the next
+        return T.int64(tile_bytes) if window is None else channel_blocks * (tile_bytes * PARTS)
 
     def tasks(rows, columns):
         return pairs(rows) if rows_outer else pairs(columns)
@@ -415,7 +419,7 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
                             c[i0 + i, j0 + j] = staged[i, j]
             T.evaluate(_intrinsic("tilerelease"))
 
-    if window is None:  # a window's sizes only
+    if window is None:  # width, channel_blocks and a_rows size a window's A only
         unused = {param.name: param for param in amx_matmul.params}
         amx_matmul = amx_matmul.specialize({unused[name]: tirx.const(1, "int64")
                                             for name in ("width", "channel_blocks", "a_rows")})

@@ -6,7 +6,7 @@ infinities and NaNs."""
 import numpy as np
 import pytest
 import tvm
-from tvm import relax, te
+from tvm import relax
 
 import targets
 from targets import amx
@@ -47,13 +47,14 @@ def test_parts_sum_to_the_float32():
 
 def test_the_parts_kernel_lays_out_each_values_parts_as_numpy_does():
     """Runs on any CPU: the activations' parts, [M / 16, Kp / 32, parts, 16, 32], computed by
-    TVM from a 37 x 45 matrix holding infinities and NaNs, zeros past its edges."""
+    the scheduled parts kernel from a 37 x 45 matrix holding infinities and NaNs, zeros past
+    its edges."""
     rows, depth = 37, 45
     values = RNG.standard_normal((rows, depth)).astype(np.float32)
     values.flat[::97][:SPECIAL.size] = SPECIAL
-    x = te.placeholder((rows, depth), "float32", name="x")
-    parts = amx._activation_parts(x, padded_rows=64, padded_depth=64)
-    module = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, parts])}),
+    kernel, shape = amx.parts_kernel(amx._activation_parts, (rows, depth), 64, 64)
+    assert shape == [4, 2, amx.PARTS, 16, 32]
+    module = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
                          target="llvm")
     got = tvm.runtime.tensor(np.zeros((4, 2, amx.PARTS, 16, 32), np.uint16))
     module["main"](tvm.runtime.tensor(values), got)
@@ -72,9 +73,9 @@ def test_a_windows_parts_are_its_padded_inputs_phases(stride, padding):
     values = RNG.standard_normal(x_shape).astype(np.float32)
     window = amx.Window(2, -(-(5 + 2 * padding[0]) // stride), -(-(7 + 2 * padding[1]) // stride),
                         2, (3, 3), stride)
-    x = te.placeholder(x_shape, "float32", name="x")
-    parts = amx._window_parts(x, window, padding)
-    module = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, parts])}),
+    kernel, shape = amx.parts_kernel(amx._window_parts, x_shape, window, padding)
+    assert shape == list(window.shape)
+    module = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
                          target="llvm")
     got = tvm.runtime.tensor(np.full(window.shape, 7, np.uint16))
     module["main"](tvm.runtime.tensor(values), got)
