@@ -244,6 +244,7 @@ def test_a_1x1_convolution_on_amx_matches_float64(x_shape, out_channels, strides
     ((2, 9, 11, 32), 64, 3, (1, 1), [0, 0, 0, 0]),  # two images, no padding
     ((1, 15, 13, 64), 32, 3, (2, 2), [1, 1, 1, 1]),  # four phases, odd sizes
     ((1, 16, 16, 32), 32, 3, (2, 2), [0, 1, 1, 0]),  # padding on two sides only
+    ((1, 32, 32, 32), 40, 3, (2, 2), [1, 1, 1, 1]),  # four phases in tasks of rows (10)
     ((1, 12, 10, 32), 40, 5, (1, 1), [2, 2, 2, 2]),
     ((1, 20, 20, 32), 32, 1, (1, 1), [1, 1, 1, 1])])  # a padded 1x1 one: a 1-tap window
 def test_a_windowed_convolution_on_amx_matches_float64(x_shape, out_channels, kernel, strides,
