@@ -22,11 +22,11 @@ kernels 95.9 -> 76.7 ms.
   its pixels; a wider window's taps are read from its input's parts in place (``Window``), so
   3x3 convolutions take AMX before Winograd's rewrite. Products of fewer than 32 rows or less
   than MIN_FLOPS stay float32. Tuning leaves both kernels as they are (their tasks are
-  dropped).
-  Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms with its 1x1
-  convolutions on AMX, -> 29.6 with its 3x3 ones too (these 13.5 -> 10.0 ms a run: 56 x 56
-  ones 680 GFLOP/s, 7 x 7 ones, 512 channels, 200, bound by reading their weights' parts);
-  ViT-B/16 149.8 -> 127.0; ConvNeXt-T 41.2 -> 38.5.
+  dropped). Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms with its
+  1x1 convolutions on AMX, 33.8 -> 30.5 with its 3x3 ones too (these 13.5 -> 10.0 ms a run:
+  56 x 56 ones 680 GFLOP/s, 7 x 7 ones, 512 channels, 200, bound by reading their weights'
+  parts), -> 26.9 with the parts kernels scheduled here; ViT-B/16 149.8 -> 127.0; ConvNeXt-T
+  41.2 -> 38.5.
 
 Tiles are 16 rows of 64 bytes: tiles of A are 16 rows by 32 reduction steps, tiles of B 16
 pairs of reduction steps by 16 columns (each column's two steps side by side), tiles of C 16 x
