@@ -338,7 +338,7 @@ def pad_conv_channels(vector_bits: int) -> tvm.transform.Pass:
     return pad
 
 
-def conv_rewrites(target: tvm.target.Target, before_winograd: list = ()) -> list:
+def conv_rewrites(target: tvm.target.Target, before_winograd: tuple | list = ()) -> list:
     """The rewrites, channels padded to ``target``'s vector width; ``before_winograd`` are
     rewrites that take convolutions Winograd's would otherwise (targets.amx's)."""
     with target:
