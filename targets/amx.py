@@ -190,7 +190,8 @@ class Window:
     kw) is row (n, h + kh // stride, w + kw // stride) of phase (kh % stride, kw % stride):
     for every tap, 16 outputs in a row read 16 rows in a row, one strided tile, so no window
     is copied (as im2col would, 9 x 1.5 times the input's bytes for 3x3). C's rows past an
-    output row's end (the phase image is wider) are computed and dropped."""
+    output row's end (the phase image is wider) are computed and dropped; for one image, C
+    stops at its last output row (ResNet-50's 14 x 14 ones: 224 rows of 256, 7 x 7: 63 of 81)."""
     batch: int
     height: int
     width: int
@@ -514,7 +515,8 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
             return call
         x = call.args[0]
         if window is not None:
-            rows = window.rows
+            # C's rows are the phase images' pixels; for one image, up to its last output row
+            rows = window.rows if window.batch > 1 else out_dims[1] * window.width
             parts = (_window_parts, window, tuple(int(p) for p in call.attrs.padding[:2]))
         elif name == "relax.matmul":
             parts = (_activation_parts, _round_up(rows, 2 * ROWS), _round_up(depth, STEPS))
@@ -537,8 +539,8 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
             self.kernels[key], [self.builder_.emit(parts_call), self._weight_parts(weights)],
             relax.TensorType([rows, columns], "float32"))
         if window is not None:  # C's rows are the phase image's pixels: the outputs' come out
-            images = relax.op.reshape(self.builder_.emit(product),
-                                      [window.batch, window.height, window.width, columns])
+            images = relax.op.reshape(self.builder_.emit(product), [
+                window.batch, rows // (window.batch * window.width), window.width, columns])
             return relax.op.strided_slice(self.builder_.emit(images), axes=[1, 2],
                                           begin=[0, 0], end=out_dims[1:3])
         if len(out_dims) == 2:
