@@ -15,8 +15,9 @@ kernels 95.9 -> 76.7 ms.
 
 - ``amx_products``: a float32 matmul of activations [.., M, K] by a constant [K, N], and an
   NHWC convolution by constant weights (a matmul of its windows by the weights), becomes a
-  kernel splitting the activations into their parts (``parts_kernel``, scheduled here; nothing
-  fused into it, or a GELU there would be computed once a part) and the AMX kernel, which reads
+  kernel splitting the activations into their parts (``parts_kernel``; fusion gives it the
+  bias and activation before it where the parts are their only reader, and
+  ``parts_schedules`` schedules it, tuning leaving it) and the AMX kernel, which reads
   the weights' parts laid out when compiling (``weight_parts``; 1.5 times the float32 weights'
   bytes, written to the engine's weight files as they are made). A 1x1 convolution's rows are
   its pixels; a wider window's taps are read from its input's parts in place (``Window``), so
@@ -25,8 +26,10 @@ kernels 95.9 -> 76.7 ms.
   dropped). Pure-TVM ResNet-50, one process a build, median of 25: 34.2 -> 32.7 ms with its
   1x1 convolutions on AMX, 33.8 -> 30.5 with its 3x3 ones too (these 13.5 -> 10.0 ms a run:
   56 x 56 ones 680 GFLOP/s, 7 x 7 ones, 512 channels, 200, bound by reading their weights'
-  parts), -> 26.9 with the parts kernels scheduled here; ViT-B/16 149.8 -> 127.0; ConvNeXt-T
-  41.2 -> 38.5.
+  parts), -> 26.9 with the parts kernels scheduled here, 23.4 -> 21.9 with the bias and ReLU
+  before written as parts (and 3x3 ones of one image stopping at the last output row);
+  ViT-B/16 149.8 -> 127.0 (108.5 -> 106.1 with its GELU written as parts); ConvNeXt-T 41.2 ->
+  38.5.
 
 Tiles are 16 rows of 64 bytes: tiles of A are 16 rows by 32 reduction steps, tiles of B 16
 pairs of reduction steps by 16 columns (each column's two steps side by side), tiles of C 16 x
@@ -51,6 +54,7 @@ from tvm.target.codegen import target_has_features
 
 from relay_bridge import computed_constant, constant_view
 
+from .cpu_schedules import RULE_ATTR
 from .layouts import op_name, rewrite_functions, static_dims
 from .weights import WeightFiles
 
@@ -66,7 +70,6 @@ _SLAB_COLUMNS = 1024  # weight_parts' columns at a time
 _RESIDENT_BYTES = 1 << 20  # weights' parts held in L2 across a task's column blocks
 _ROW_TASKS_MIN = 8
 _SMALLEST_NORMAL = 0x0080  # bfloat16 2^-126
-_OPAQUE = 8  # relax's OpPatternKind kOpaque
 # syscall's arguments asking Linux for AMX's tile state: arch_prctl(ARCH_REQ_XCOMP_PERM,
 # XFEATURE_XTILEDATA), x86-64's numbers.
 AMX_PERMISSION_SYSCALL = (158, 0x1023, 18)
@@ -140,23 +143,36 @@ def _part(value: tirx.PrimExpr, part: tirx.PrimExpr) -> tirx.PrimExpr:
                        ).astype("uint16")
 
 
+def _int64(dims) -> list[tirx.IntImm]:
+    """Dims as relax's kernels type them: a kernel whose loops and buffers mix int32 and
+    int64 fails to fuse with them (FuseTIR, compute_inline)."""
+    return [tirx.IntImm("int64", d) for d in dims]
+
+
 def _activation_parts(x: te.Tensor, padded_rows: int, padded_depth: int) -> te.Tensor:
-    """[M, K] float32 -> parts as tiles of A, [Mp / ROWS, Kp / STEPS, PARTS, ROWS, STEPS]
-    uint16, zeros past M and K."""
-    rows, depth = (int(d) for d in x.shape)
+    """[.., M, K] float32 (its rows M: all but the last axis) -> parts as tiles of A, [Mp /
+    ROWS, Kp / STEPS, PARTS, ROWS, STEPS] uint16, zeros past M and K. Read in place, not
+    through a reshape to [M, K], so that the rows a tile's row reads are known (a fused
+    producer's vector is computed once, see scheduled_parts)."""
+    dims = [int(d) for d in x.shape]
+    rows, depth = int(np.prod(dims[:-1])), dims[-1]
 
     def element(tile_row, step_block, part, row, step):
         i, k = tile_row * ROWS + row, step_block * STEPS + step
         conditions = ([i < rows] if padded_rows > rows else []) + \
             ([k < depth] if padded_depth > depth else [])
+        index = []
+        rest = tirx.min(i, rows - 1) if padded_rows > rows else i
+        for extent in reversed(dims[:-1]):
+            index.insert(0, rest % extent)
+            rest = rest // extent
+        value = x[(*index, tirx.min(k, depth - 1) if padded_depth > depth else k)]
         if not conditions:
-            return _part(x[i, k], part)
-        inside = tirx.all(*conditions)
-        value = x[tirx.min(i, rows - 1), tirx.min(k, depth - 1)]
-        return tirx.Select(inside, _part(value, part), tirx.const(0, "uint16"))
+            return _part(value, part)
+        return tirx.Select(tirx.all(*conditions), _part(value, part), tirx.const(0, "uint16"))
 
-    return te.compute((padded_rows // ROWS, padded_depth // STEPS, PARTS, ROWS, STEPS), element,
-                      name="amx_parts")
+    return te.compute(_int64((padded_rows // ROWS, padded_depth // STEPS, PARTS, ROWS, STEPS)),
+                      element, name="amx_parts")
 
 
 def _pointwise_parts(x: te.Tensor, strides: tuple, padded_rows: int) -> te.Tensor:
@@ -177,8 +193,8 @@ def _pointwise_parts(x: te.Tensor, strides: tuple, padded_rows: int) -> te.Tenso
         return tirx.Select(i < rows, _part(x[tirx.min(n, batch - 1), h, w, c], part),
                            tirx.const(0, "uint16"))
 
-    return te.compute((padded_rows // ROWS, channels // STEPS, PARTS, ROWS, STEPS), element,
-                      name="amx_parts")
+    return te.compute(_int64((padded_rows // ROWS, channels // STEPS, PARTS, ROWS, STEPS)),
+                      element, name="amx_parts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,35 +244,76 @@ def _window_parts(x: te.Tensor, window: Window, padding: tuple) -> te.Tensor:
                   tirx.max(tirx.min(w, width - 1), 0), block * STEPS + step]
         return tirx.Select(inside, _part(value, part), tirx.const(0, "uint16"))
 
-    return te.compute(window.shape, element, name="amx_parts")
+    return te.compute(_int64(window.shape), element, name="amx_window_parts")
 
 
-def _parts_scheduled(func: tirx.PrimFunc, part_axis: int) -> tirx.PrimFunc:
-    """A parts kernel's schedule: its first two loops in parallel, a row's channels in
-    vectors, and its three parts (axis ``part_axis``) unrolled within, so they share the
-    value's load and bit operations (the default rules' loops made each part alone, and each
-    of those computed all three: ResNet-50's 56 x 56 x 256 pixels took 0.40 ms, 0.15 so)."""
-    sch = s_tir.Schedule(func)
-    block = sch.get_sblock("amx_parts")
+# The parts kernels' blocks, by the axis of their parts.
+_PARTS_BLOCKS = {"amx_parts": 2, "amx_window_parts": 3}
+
+
+def scheduled_parts(func: tirx.PrimFunc, compute_once: bool = True) -> tirx.PrimFunc | None:
+    """A parts kernel scheduled, with whatever producers fusion gave it (the bias and ReLU
+    after the AMX product before, where the parts are their only reader, so that activation
+    is written once as parts, not also as float32), else None: the first two loops in
+    parallel, a row's channels in vectors, and the three parts unrolled within, so they share
+    the value's load and bit operations (the default rules' loops made each part alone, and
+    each of those computed all three: ResNet-50's 56 x 56 x 256 pixels took 0.40 ms, 0.15
+    so). Copies among the producers (reshapes, transposes, slices) are read in place; of the
+    arithmetic, the last stage's vector is computed once for the three parts where
+    ``compute_once`` and its region comes out a vector, the stages before inlined into it
+    (ViT-B/16's GELU computed for each part: 3.8 ms a run, once: 3.5), else all inlined."""
+    sch = s_tir.Schedule(s_tir.renew_defs(func))  # a failed try must leave func as it was
+    blocks = {sch.get(block).name_hint: block
+              for block in sch.get_child_blocks(sch.get_sblock("root"))}
+    found = [name for name in _PARTS_BLOCKS if name in blocks]
+    if not found:
+        return None
+    block = blocks.pop(found[0])
+    copying = {name: isinstance(sch.get(producer).body.value, tvm.ir.expr.TensorLoad)
+               for name, producer in blocks.items()}
+    arithmetic = [blocks[name] for name in blocks if not copying[name]]
+    once = arithmetic[-1:] if compute_once else []
     loops = list(sch.get_loops(block))
-    part = loops.pop(part_axis)
+    part = loops.pop(_PARTS_BLOCKS[found[0]])
     sch.reorder(*loops[:-1], part, loops[-1])
+    try:
+        for producer in reversed([b for b in blocks.values() if b not in once]):
+            sch.compute_inline(producer)
+        for producer in once:
+            sch.compute_at(producer, loops[-2])
+            own = sch.get_loops(producer)[len(loops) - 1:]
+            if np.prod([int(sch.get(loop).extent) for loop in own]) > STEPS:
+                return scheduled_parts(func, compute_once=False)  # its region: all of it
+            sch.vectorize(own[-1])
+    except s_tir.ScheduleError:
+        return None
     sch.parallel(sch.fuse(loops[0], loops[1]))
     sch.unroll(part)
     sch.vectorize(loops[-1])
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(RULE_ATTR, "AMX parts")
+
+
+@tvm.transform.module_pass(opt_level=0, name="AmxPartsScheduled")
+def parts_schedules(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """Fused kernels with scheduled_parts' schedule where they make parts (tuning leaves them)."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc) and not (func.attrs and func.attrs.get(
+                "tirx.is_scheduled", False)):
+            scheduled = scheduled_parts(func)
+            if scheduled is not None:
+                mod[gvar] = scheduled
+    return mod
 
 
 @functools.cache
 def parts_kernel(parts, x_dims: tuple, *args) -> tuple[tirx.PrimFunc, list[int]]:
-    """The scheduled kernel making ``parts(x, *args)`` (_activation_parts, _pointwise_parts or
-    _window_parts) of a float32 ``x`` of ``x_dims``, opaque to fusion (a producer fused in, a
-    GELU, would be computed once a part), and the parts' shape."""
-    x = te.placeholder(x_dims, "float32", name="x")
+    """The kernel making ``parts(x, *args)`` (_activation_parts, _pointwise_parts or
+    _window_parts) of a float32 ``x`` of ``x_dims``, for fusion to take its producers and
+    parts_schedules to schedule, and the parts' shape."""
+    x = te.placeholder(_int64(x_dims), "float32", name="x")
     made = parts(x, *args)
-    kernel = _parts_scheduled(te.create_prim_func([x, made]).without_attr("global_symbol"),
-                              3 if parts is _window_parts else 2)
-    return kernel.with_attr("op_pattern", _OPAQUE), [int(d) for d in made.shape]
+    kernel = te.create_prim_func([x, made]).without_attr("global_symbol")
+    return kernel, [int(d) for d in made.shape]
 
 
 def weight_parts_shape(depth: int, columns: int) -> list[int]:
@@ -520,13 +577,10 @@ class _AmxProducts(relax.expr_functor.PyExprMutator):
             parts = (_window_parts, window, tuple(int(p) for p in call.attrs.padding[:2]))
         elif name == "relax.matmul":
             parts = (_activation_parts, _round_up(rows, 2 * ROWS), _round_up(depth, STEPS))
-            if len(x_dims) > 2:
-                x = self.builder_.emit(relax.op.reshape(x, [rows, depth]))
         else:
             parts = (_pointwise_parts, tuple(int(v) for v in call.attrs.strides),
                      _round_up(rows, 2 * ROWS))
-        parts_key = (parts[0], (rows, depth) if name == "relax.matmul" else tuple(x_dims),
-                     *parts[1:])
+        parts_key = (parts[0], tuple(x_dims), *parts[1:])
         if parts_key not in self.parts_kernels:
             kernel, shape = parts_kernel(*parts_key)
             self.parts_kernels[parts_key] = self.builder_.add_func(kernel, "amx_parts"), shape

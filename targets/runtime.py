@@ -23,7 +23,7 @@ from toolchain import ToolchainMissing
 from . import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
-from .amx import amx_products, has_amx
+from .amx import amx_products, has_amx, parts_schedules
 from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
@@ -747,7 +747,8 @@ def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,
     with target:
         return tvm.transform.Sequential(
             layout_passes(spec.layouts) + rewrites + relax.pipeline.library_dispatch_passes(target)
-            + _kernel_passes(spec, weight_files))(_partitioned(mod, spec, plugin_items))
+            + _kernel_passes(spec, weight_files) + ([parts_schedules] if amx else [])
+        )(_partitioned(mod, spec, plugin_items))
 
 
 def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:

@@ -3,6 +3,8 @@ kernels lay them out as AMX reads them, and where the host has AMX a matmul by c
 weights computes on it with float32's accuracy (against float64 NumPy) and float32's
 infinities and NaNs."""
 
+import math
+
 import numpy as np
 import pytest
 import tvm
@@ -54,6 +56,7 @@ def test_the_parts_kernel_lays_out_each_values_parts_as_numpy_does():
     values.flat[::97][:SPECIAL.size] = SPECIAL
     kernel, shape = amx.parts_kernel(amx._activation_parts, (rows, depth), 64, 64)
     assert shape == [4, 2, amx.PARTS, 16, 32]
+    kernel = amx.scheduled_parts(kernel)
     module = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
                          target="llvm")
     got = tvm.runtime.tensor(np.zeros((4, 2, amx.PARTS, 16, 32), np.uint16))
@@ -75,6 +78,7 @@ def test_a_windows_parts_are_its_padded_inputs_phases(stride, padding):
                         2, (3, 3), stride)
     kernel, shape = amx.parts_kernel(amx._window_parts, x_shape, window, padding)
     assert shape == list(window.shape)
+    kernel = amx.scheduled_parts(kernel)
     module = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
                          target="llvm")
     got = tvm.runtime.tensor(np.full(window.shape, 7, np.uint16))
@@ -148,6 +152,60 @@ def test_tuning_leaves_the_amx_kernels_alone(small_products_on_amx):
     assert kept == ["relu"]
 
 
+def two_products_module(activation, rows=64):
+    """x @ w1 + bias, ``activation`` (a relax op or None), then @ w2; and float64 NumPy's."""
+    w1 = (RNG.standard_normal((96, 64)) * 0.1).astype(np.float32)
+    bias = RNG.standard_normal(64).astype(np.float32)
+    w2 = (RNG.standard_normal((64, 48)) * 0.1).astype(np.float32)
+    mod = relax_module({"x": ((rows, 96), "float32")}, lambda x: relax.op.matmul(activation(
+        relax.op.add(relax.op.matmul(x, const(w1)), const(bias))), const(w2)))
+    exact_activation = {relax.op.nn.relu: lambda v: np.maximum(v, 0), relax.op.nn.gelu:
+                        lambda v: v * 0.5 * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))}
+    return mod, lambda x: exact_activation[activation](
+        x.astype(np.float64) @ w1 + bias) @ w2.astype(np.float64)
+
+
+@pytest.mark.parametrize("activation", [relax.op.nn.relu, relax.op.nn.gelu])
+def test_the_activation_between_two_products_is_written_as_the_seconds_parts(
+        activation, small_products_on_amx):
+    """Runs on any CPU (the AMX target's kernels are listed, not run): the bias and the
+    activation fuse into the second product's parts kernel, which comes scheduled (the
+    activation's vector computed once for the three parts; vector_math's erf for GELU) and
+    which tuning leaves."""
+    from tvm.s_tir import meta_schedule as ms
+
+    spec = targets.get_target("llvm:sapphirerapids:4")
+    mod, _ = two_products_module(activation)
+    with spec.tvm_target():
+        kernels = fused_kernels(mod, spec)
+        tasks = ms.relax_integration.extract_tasks(kernels, spec.tvm_target())
+    fused = {gv.name_hint: f for gv, f in kernels.functions_items()
+             if gv.name_hint.startswith("fused_") and "amx_parts" in gv.name_hint}
+    assert len(fused) == 1, sorted(gv.name_hint for gv in kernels.get_global_vars())
+    [(name, kernel)] = fused.items()
+    assert activation.__name__ in name and "add" in name
+    assert kernel.attrs["tirx.is_scheduled"] and kernel.attrs["cpu_schedule_rule"] == "AMX parts"
+    script = kernel.script()
+    assert "T.vectorized" in script and "T.parallel" in script
+    # The activation's vector is computed once, before the three parts' loop reads it.
+    blocks = [line.split('"')[1] for line in script.splitlines()
+              if line.lstrip().startswith("with T.sblock(")]
+    assert len(blocks) == 2 and blocks[1] == "amx_parts"
+    assert script.index(f'T.sblock("{blocks[0]}")') < script.index("T.unroll")
+    assert [t.task_name for t in tasks if not _scheduled_already(t)] == []
+
+
+@needs_amx
+@pytest.mark.parametrize("activation", [relax.op.nn.relu, relax.op.nn.gelu])
+def test_two_products_with_an_activation_between_match_float64(activation,
+                                                               small_products_on_amx):
+    mod, exact = two_products_module(activation, rows=70)
+    x = RNG.standard_normal((70, 96)).astype(np.float32)
+    (got,) = compile_module(mod, HOST).run([x])
+    assert got.shape == (70, 48) and got.dtype == np.float32
+    np.testing.assert_allclose(got, exact(x), rtol=1e-5, atol=4e-6)
+
+
 @needs_amx
 @pytest.mark.parametrize("x_shape, columns", [((64, 96), 64), ((2, 37, 72), 50),
                                               ((1, 128, 768), 96)])
@@ -155,7 +213,8 @@ def test_amx_matmul_has_float32_accuracy(x_shape, columns, small_products_on_amx
     weight = (RNG.standard_normal((x_shape[-1], columns)) * 0.05).astype(np.float32)
     x = RNG.standard_normal(x_shape).astype(np.float32)
     mod = matmul_module(x_shape, weight)
-    assert {"amx_matmul", "amx_parts"} <= kernel_names(mod)
+    names = kernel_names(mod)
+    assert "amx_matmul" in names and any(name.endswith("amx_parts") for name in names)
     (got,) = compile_module(mod, HOST).run([x])
     exact = np.maximum(x.astype(np.float64) @ weight.astype(np.float64), 0)
     float32_error = np.abs(np.maximum(x @ weight, 0) - exact).max()
