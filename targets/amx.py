@@ -48,6 +48,7 @@ import functools
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir, te, tirx
 from tvm.script import tirx as T
 from tvm.target.codegen import target_has_features
@@ -152,8 +153,8 @@ def _int64(dims) -> list[tirx.IntImm]:
 def _activation_parts(x: te.Tensor, padded_rows: int, padded_depth: int) -> te.Tensor:
     """[.., M, K] float32 (its rows M: all but the last axis) -> parts as tiles of A, [Mp /
     ROWS, Kp / STEPS, PARTS, ROWS, STEPS] uint16, zeros past M and K. Read in place, not
-    through a reshape to [M, K], so that the rows a tile's row reads are known (a fused
-    producer's vector is computed once, see scheduled_parts)."""
+    through a reshape to [M, K]: a fused producer read through the reshape's index (a GELU's
+    in ViT-B/16) took 3.8 ms a run, 3.2 so."""
     dims = [int(d) for d in x.shape]
     rows, depth = int(np.prod(dims[:-1])), dims[-1]
 
@@ -251,42 +252,32 @@ def _window_parts(x: te.Tensor, window: Window, padding: tuple) -> te.Tensor:
 _PARTS_BLOCKS = {"amx_parts": 2, "amx_window_parts": 3}
 
 
-def scheduled_parts(func: tirx.PrimFunc, compute_once: bool = True) -> tirx.PrimFunc | None:
+def scheduled_parts(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     """A parts kernel scheduled, with whatever producers fusion gave it (the bias and ReLU
     after the AMX product before, where the parts are their only reader, so that activation
-    is written once as parts, not also as float32), else None: the first two loops in
-    parallel, a row's channels in vectors, and the three parts unrolled within, so they share
-    the value's load and bit operations (the default rules' loops made each part alone, and
-    each of those computed all three: ResNet-50's 56 x 56 x 256 pixels took 0.40 ms, 0.15
-    so). Copies among the producers (reshapes, transposes, slices) are read in place; of the
-    arithmetic, the last stage's vector is computed once for the three parts where
-    ``compute_once`` and its region comes out a vector, the stages before inlined into it
-    (ViT-B/16's GELU computed for each part: 3.8 ms a run, once: 3.5), else all inlined."""
-    sch = s_tir.Schedule(s_tir.renew_defs(func))  # a failed try must leave func as it was
-    blocks = {sch.get(block).name_hint: block
-              for block in sch.get_child_blocks(sch.get_sblock("root"))}
-    found = [name for name in _PARTS_BLOCKS if name in blocks]
+    is written once as parts, not also as float32), else None: the producers inlined, the
+    first two loops in parallel, a row's channels in vectors, and the three parts unrolled
+    within, so they share the value's load, producers and bit operations (LLVM computes them
+    once: ViT-B/16's fused GELU took 3.21 ms a run so, 3.23 with its vector computed into a
+    buffer first; the default rules' loops made each part alone, and each of those computed
+    all three: ResNet-50's 56 x 56 x 256 pixels took 0.40 ms, 0.15 so)."""
+    names = []
+    tvm_ffi.structural_map(func.body, (s_tir.SBlock, lambda b: names.append(b.name_hint) or b))
+    found = [name for name in _PARTS_BLOCKS if name in names]
     if not found:
         return None
-    block = blocks.pop(found[0])
-    copying = {name: isinstance(sch.get(producer).body.value, tvm.ir.expr.TensorLoad)
-               for name, producer in blocks.items()}
-    arithmetic = [blocks[name] for name in blocks if not copying[name]]
-    once = arithmetic[-1:] if compute_once else []
+    sch = s_tir.Schedule(s_tir.renew_defs(func))  # a failed try must leave func as it was
+    block = sch.get_sblock(found[0])
+    producers = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+                 if sch.get(b).name_hint != found[0]]
+    try:
+        for producer in reversed(producers):
+            sch.compute_inline(producer)
+    except s_tir.ScheduleError:
+        return None
     loops = list(sch.get_loops(block))
     part = loops.pop(_PARTS_BLOCKS[found[0]])
     sch.reorder(*loops[:-1], part, loops[-1])
-    try:
-        for producer in reversed([b for b in blocks.values() if b not in once]):
-            sch.compute_inline(producer)
-        for producer in once:
-            sch.compute_at(producer, loops[-2])
-            own = sch.get_loops(producer)[len(loops) - 1:]
-            if np.prod([int(sch.get(loop).extent) for loop in own]) > STEPS:
-                return scheduled_parts(func, compute_once=False)  # its region: all of it
-            sch.vectorize(own[-1])
-    except s_tir.ScheduleError:
-        return None
     sch.parallel(sch.fuse(loops[0], loops[1]))
     sch.unroll(part)
     sch.vectorize(loops[-1])
