@@ -80,6 +80,9 @@ _SPATIAL_BAND = 4
 # convolutions of 64 to 256 channels at 56x56 ran at 100 GFLOP/s, onnxruntime's at 340);
 # MobileNetV2 4.3 / - / 3.6 / 3.6; BERT-base, ViT-B/16 and GPT-2 unchanged within noise.
 _B_INSIDE_MAX_BYTES = 512 << 10
+# Unrolled (output, step) pairs at most, per vector, of a reduction weighted by tables (see
+# _tile_table_reduction): Winograd F(4x4, 3x3)'s input transform has 36 x 36.
+_TABLE_UNROLL_MAX = 2048
 _has_if_then_else = tvm.get_global_func("s_tir.schedule.HasIfThenElse")
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
 
@@ -820,6 +823,62 @@ def _tile_spatial_reduction(sch: s_tir.Schedule, func, target: Target, info):
     return (band[0] if band else fused), width, reduce[0]
 
 
+def _tile_table_reduction(sch: s_tir.Schedule, func, target: Target, info):
+    """A reduction of few steps weighted by tables computed from indices alone (Winograd's
+    transforms: each of a tile's 6 x 6 outputs a sum over its 6 x 6 inputs weighted by entries
+    of B, or A): the tables inlined, the outputs' axes that index them and the reduction
+    unrolled, so that each weight is a constant of the code and its zeros drop out (676 of the
+    input transform's 1296 products remain, 324 of the inverse's 576); the output's innermost
+    axis vectorized, the other axes fused and run in parallel. Returns (the parallel loop, the
+    lanes, the first reduction loop), or None where the block does not fit."""
+    stmt = sch.get(info.block_rv)
+    tables = [p for p in sch.get_producers(info.block_rv)
+              if _is_spatial(sch, p) and not sch.get(p).reads]
+    table_buffers = [sch.get(t).writes[0].source for t in tables]
+    indexing = set()
+    for region in stmt.reads:
+        if any(region.source.same_as(b) for b in table_buffers):
+            for variables in _region_vars(region):
+                indexing |= variables
+    found = _vector_axis(sch, info, func) if tables else None
+    if found is None or found[1]:
+        return None
+    axis = found[0]
+    lanes = vector_lanes(target, _out_dtype(sch, info.block_rv))
+    extent = _static(info.iters[axis].dom)
+    width = _pow2_divisor(extent, lanes)
+    reduce = [it.loop_rv for it in info.iters if it.kind == "R"]
+    unrolled = [it for n, it in enumerate(info.iters)
+                if it.kind == "S" and n != axis and _uses(indexing, it.var)]
+    steps = [_static(it.dom) for it in info.iters if it.kind == "R" or it in unrolled]
+    if width < 2 or not reduce or None in steps or math.prod(steps) > _TABLE_UNROLL_MAX \
+            or any(it.kind not in "SR" for it in info.iters):
+        return None
+    for table in tables:
+        sch.compute_inline(table)
+    for producer in sch.get_producers(info.block_rv):
+        if _is_spatial(sch, producer) and len(sch.get_consumers(producer)) == 1:
+            sch.compute_inline(producer)
+    spatial = [it.loop_rv for n, it in enumerate(info.iters)
+               if it.kind == "S" and n != axis and it not in unrolled]
+    if width < extent:
+        outer, vector = sch.split(info.iters[axis].loop_rv, factors=[None, width])
+        spatial.append(outer)
+    else:
+        vector = info.iters[axis].loop_rv
+    inner = [it.loop_rv for it in unrolled] + reduce
+    sch.reorder(*spatial, *inner, vector)
+    work = _work(sch, [*spatial, *inner, vector])
+    for loop in inner:
+        sch.unroll(loop)
+    sch.vectorize(vector)
+    if not spatial:
+        return None, width, reduce[0]
+    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    _maybe_parallel(sch, fused, work, target)
+    return fused, width, reduce[0]
+
+
 def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_rows: int,
                          pack: bool) -> bool:
     """Inlines the spatial blocks (but padding and tables), then schedules each reduction
@@ -850,6 +909,8 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_
                     tiled = _tile_contraction(sch, func, target, info, axes, max_rows, pack)
             elif stage == "spatial":
                 tiled = _tile_spatial_reduction(sch, func, target, info)
+            elif stage == "table":
+                tiled = _tile_table_reduction(sch, func, target, info)
             if tiled is not None:
                 break
         if tiled is None:
@@ -863,7 +924,8 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages, max_
         init = sch.decompose_reduction(info.block_rv, first_reduce)
         _vectorize_innermost(sch, init, lanes)
     reductions = [by_name[name].block_rv for name in names]
-    for name in others:
+    left = {sch.get(block).name_hint for block in _root_blocks(sch)}  # tables may be inlined
+    for name in (name for name in others if name in left):
         block = sch.get_sblock(name)
         if not _padded_per_tile(sch, block, reductions, target):
             _schedule_spatial(sch, block, target)
@@ -991,7 +1053,7 @@ class Stages(_Rule):
         reductions = _reductions(sch)
         if reductions is None or len(reductions) < 2:
             return False
-        return _schedule_reductions(sch, func, target, ("contraction", "spatial"),
+        return _schedule_reductions(sch, func, target, ("table", "contraction", "spatial"),
                                     Contraction.max_rows, Contraction.pack)
 
 

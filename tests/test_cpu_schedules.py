@@ -518,6 +518,44 @@ def test_winograd_convolutions(channels, size):
     check(mod, [x], [np.maximum(_conv_nchw(x, w, 1, 1), 0)], "Stages", rtol=1e-3, atol=1e-3)
 
 
+def _loops_around(func, block_name):
+    """The kinds of the loops around ``block_name``'s block in ``func``, outermost first."""
+    found = []
+
+    def visit(loop):
+        names = []
+        tvm_ffi.structural_walk(loop.body, (tvm.s_tir.SBlock, lambda b: names.append(b.name_hint)),
+                                order="post")
+        if block_name in names:
+            found.append(loop.kind)
+
+    tvm_ffi.structural_walk(func.body, (tvm.tirx.For, visit), order="post")
+    return list(reversed(found))
+
+
+def test_winograd_transforms_unroll_with_their_weights_as_constants():
+    """The input and inverse transforms weight each tile's elements by B's and A's entries:
+    the tables are inlined and their loops unrolled, so the weights are constants of the
+    code (their zeros drop out) rather than loads from a table at every step."""
+    x, w = data((1, 64, 28, 28)), data((64, 64, 3, 3)) * 0.1
+    mod = relax_module({"x": (x.shape, "float32")}, lambda v: relax.op.nn.relu(
+        relax.op.nn.conv2d(v, const(w), padding=1)))
+    kernels = _scheduled_kernels(mod)
+    (func,) = [f for gv, f in kernels.functions_items() if "winograd" in gv.name_hint]
+    blocks = []
+    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, lambda b: blocks.append(b.name_hint)),
+                            order="post")
+    assert "A" not in blocks and "B" not in blocks, blocks
+    unrolled = tvm.tirx.ForKind.UNROLLED
+    for transform in ("data_pack_update", "inverse_update"):
+        kinds = _loops_around(func, transform)
+        # parallel over tiles and channel vectors; 6 x 6 (or 4 x 4) outputs and 6 x 6 steps
+        # unrolled; the channels' vector
+        assert kinds[0] == tvm.tirx.ForKind.PARALLEL and kinds[-1] == tvm.tirx.ForKind.VECTORIZED
+        assert kinds[1:-1] == [unrolled] * 4, (transform, kinds)
+    check(mod, [x], [np.maximum(_conv_nchw(x, w, 1, 1), 0)], "Stages", rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape", [(1, 10), (1, 1000), (4, 37), (2, 12, 16, 16)])
 def test_softmax_and_layer_norm(shape):
     x = data(shape)
