@@ -829,8 +829,10 @@ def _tile_table_reduction(sch: s_tir.Schedule, func, target: Target, info):
     of B, or A): the tables inlined, the outputs' axes that index them and the reduction
     unrolled, so that each weight is a constant of the code and its zeros drop out (676 of the
     input transform's 1296 products remain, 324 of the inverse's 576); the output's innermost
-    axis vectorized, the other axes fused and run in parallel. Returns (the parallel loop, the
-    lanes, the first reduction loop), or None where the block does not fit."""
+    axis vectorized, the other axes fused and run in parallel. A spatial producer read only
+    here (the input's padding) is computed as it is read, rather than written whole first.
+    Returns (the parallel loop, the lanes, the first reduction loop), or None where the block
+    does not fit."""
     stmt = sch.get(info.block_rv)
     tables = [p for p in sch.get_producers(info.block_rv)
               if _is_spatial(sch, p) and not sch.get(p).reads]
