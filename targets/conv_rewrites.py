@@ -16,8 +16,9 @@
 - winograd_convs: a 3x3 stride-1 convolution with constant weights computes as Winograd's
   F(4x4, 3x3): each 6x6 input tile transformed, 36 matrix products over the channels with
   weights transformed at compile time, each product's 4x4 output tile transformed back. That
-  takes 4 times fewer multiplications; MetaSchedule tunes the products and schedules the
-  transforms by its Winograd rules. vgg19's 28x28, 512-channel convolution, tuned 64 trials:
+  takes 4 times fewer multiplications; maps too small for enough 4x4 tiles (7x7) take F(2x2,
+  3x3), 2.25 times fewer, where the channels are wide enough to pay for it. MetaSchedule tunes
+  the products and schedules the transforms by its Winograd rules. vgg19's 28x28, 512-channel convolution, tuned 64 trials:
   6.8 ms against 16.2 ms direct after hundreds.
 """
 
@@ -180,28 +181,32 @@ class _PadConvChannels(relax.expr_functor.PyExprMutator):
         return relax.op.reshape(kept, static_dims(call))
 
 
-WINOGRAD_TILE = 4  # output tile side: F(4x4, 3x3)
-_WINOGRAD_ALPHA = WINOGRAD_TILE + 2  # input tile side
+# The output tile sides Winograd computes in, tried largest first, each with the fewest channels
+# it takes: F(4x4, 3x3) saves 4 times the multiplications, F(2x2, 3x3) 2.25 times.
 # Where the transforms cost more than the multiplications they save, a convolution stays direct:
 # narrow ones, and those whose transformed tiles spill the caches. Tuned 64 trials each against
 # vgg19's direct convolutions tuned 120-230 (tiles in MB): 56x56, 64 channels 0.64 ms (direct
 # 1.1; 1.8 MB); 56x56, 256 channels 7.0 ms (16.2; 7.2 MB); 28x28, 512 channels 6.8 ms (16.2;
 # 3.6 MB); 14x14, 512 channels 2.9 ms (4.2); but 112x112, 128 channels 10.4 ms (8.1; 14.5 MB)
 # and 224x224, 64 channels 18.9 ms (17.4; 29 MB). Nor where too few tiles share each
-# transformed weight, 4 times the size of the 3x3 one: a product reads them from memory for
-# little arithmetic. Untuned, a 3x3 convolution with ReLU, median ms Winograd / direct: 7x7,
-# 512 channels (4 tiles; ResNet-50's last stage) 0.81 / 0.71, and its 38 MB of taps where
-# direct reads 9.4; 14x14, 256 (16 tiles) 0.49 / 0.68; 14x14, 512 1.63 / 2.56.
-WINOGRAD_MIN_CHANNELS = 32
+# transformed weight, (tile + 2)^2 / 9 times the size of the 3x3 one: a product reads them from
+# memory for little arithmetic. Untuned, a 3x3 convolution with ReLU, median ms F(4x4) /
+# direct: 7x7, 512 channels (4 tiles; ResNet-50's last stage) 0.81 / 0.71, and its 38 MB of
+# taps where direct reads 9.4; 14x14, 256 (16 tiles) 0.49 / 0.68; 14x14, 512 1.63 / 2.56.
+# There F(2x2) has 16 tiles and 17 MB of taps. Untuned on a 2-core AMD EPYC (Zen 4), F(2x2) /
+# direct at 7x7: 512 channels 0.88 / 1.17 ms, 256 0.27 / 0.33, 128 0.071 / 0.081, but 96
+# 0.049 / 0.050 and 64 0.054 / 0.036 (its transforms cost as much as the products it saves).
+WINOGRAD_TILINGS = ((4, 32), (2, 128))  # (output tile side, fewest channels in and out)
 WINOGRAD_MIN_TILES = 16
 WINOGRAD_MAX_TILE_BYTES = 8 << 20
 
 
 @functools.cache  # Cook-Toom's rational arithmetic takes 13 ms, once per convolution otherwise
-def _winograd_matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A (alpha x m), B (alpha x alpha) and G (alpha x 3) of F(m x m, 3 x 3), in float32."""
-    points = _interpolation_points(WINOGRAD_TILE + 3 - 2)
-    matrices = tuple(m.astype("float32") for m in _cook_toom_convolution(points, WINOGRAD_TILE, 3))
+def _winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A (alpha x tile), B (alpha x alpha) and G (alpha x 3) of F(tile x tile, 3 x 3), alpha =
+    tile + 2, in float32."""
+    points = _interpolation_points(tile + 3 - 2)
+    matrices = tuple(m.astype("float32") for m in _cook_toom_convolution(points, tile, 3))
     for matrix in matrices:
         matrix.flags.writeable = False  # shared by every caller
     return matrices
@@ -221,15 +226,15 @@ def _tile_transform(tiles: te.Tensor, matrix: te.Tensor, stage: str) -> te.Tenso
 
 def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.Tensor:
     """The convolution of NHWC ``data`` with ``weight_pack`` (alpha, alpha, O, I): the weights
-    transformed as G w G^T. Its stages carry the names and schedule rules MetaSchedule's
-    Winograd rules take (as topi.nn.conv2d_winograd_nhwc, which transforms the weights in the
+    transformed as G w G^T for F(alpha - 2 x alpha - 2, 3 x 3). Its stages carry the names and
+    schedule rules MetaSchedule's Winograd rules take (as topi.nn.conv2d_winograd_nhwc, which transforms the weights in the
     kernel at every run). The weights are a constant, which fused_kernels marks layout-free for
     prepacking like any kernel's."""
     batch, height, width, _ = (int(d) for d in data.shape)
-    _, _, out_channels, in_channels = (int(d) for d in weight_pack.shape)
-    alpha, m = _WINOGRAD_ALPHA, WINOGRAD_TILE
+    alpha, _, out_channels, in_channels = (int(d) for d in weight_pack.shape)
+    m = alpha - 2
     a, b = (topi.utils.const_matrix(matrix, name)
-            for matrix, name in zip(_winograd_matrices()[:2], "AB"))
+            for matrix, name in zip(_winograd_matrices(m)[:2], "AB"))
     top, left, bottom, right = padding
     out_height, out_width = height + top + bottom - 2, width + left + right - 2
     tiles_h, tiles_w = -(-out_height // m), -(-out_width // m)
@@ -259,25 +264,29 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
         name="conv2d_winograd")
 
 
-def _winograd_eligible(call, lookup) -> bool:
-    """A float32 3x3 convolution of stride 1, in NHWC with OHWI constant weights, where its
-    transforms cost less than the multiplications they save (see WINOGRAD_MIN_CHANNELS and
-    WINOGRAD_MIN_TILES)."""
+def _winograd_tile(call, lookup) -> int | None:
+    """The output tile side a float32 3x3 convolution of stride 1, in NHWC with OHWI constant
+    weights, computes by Winograd in: the largest of WINOGRAD_TILINGS whose transforms cost
+    less than the multiplications they save; None where it stays direct."""
     if not _conv_with_constant_weight(call, lookup) or static_dims(call) is None:
-        return False
+        return None
     attrs = call.attrs
     dims = static_dims(call.args[1])
-    batch, height, width, _ = static_dims(call)
-    tiles = batch * -(-height // WINOGRAD_TILE) * -(-width // WINOGRAD_TILE)
-    tile_bytes = _WINOGRAD_ALPHA ** 2 * tiles * max(dims[0], dims[3]) * 4
-    return (attrs.data_layout == "NHWC" and attrs.kernel_layout == "OHWI"
+    if not (attrs.data_layout == "NHWC" and attrs.kernel_layout == "OHWI"
             and (attrs.out_layout or "NHWC") == "NHWC"
             and [int(s) for s in attrs.strides] == [1, 1]
             and [int(d) for d in attrs.dilation] == [1, 1] and dims[1:3] == [3, 3]
-            and min(dims[0], dims[3]) >= WINOGRAD_MIN_CHANNELS
-            and WINOGRAD_MIN_TILES <= tiles and tile_bytes <= WINOGRAD_MAX_TILE_BYTES
             and str(call.args[0].ty.dtype) == str(call.args[1].ty.dtype) == "float32"
-            and str(call.attrs.out_dtype or "float32") == "float32")
+            and str(call.attrs.out_dtype or "float32") == "float32"):
+        return None
+    batch, height, width, _ = static_dims(call)
+    for tile, min_channels in WINOGRAD_TILINGS:
+        tiles = batch * -(-height // tile) * -(-width // tile)
+        tile_bytes = (tile + 2) ** 2 * tiles * max(dims[0], dims[3]) * 4
+        if (min(dims[0], dims[3]) >= min_channels and WINOGRAD_MIN_TILES <= tiles
+                and tile_bytes <= WINOGRAD_MAX_TILE_BYTES):
+            return tile
+    return None
 
 
 @relax.expr_functor.mutator
@@ -291,16 +300,17 @@ class _WinogradConvs(relax.expr_functor.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if not _winograd_eligible(call, self.lookup_binding):
+        tile = _winograd_tile(call, self.lookup_binding)
+        if tile is None:
             return call
-        _, _, g = _winograd_matrices()
+        _, _, g = _winograd_matrices(tile)
         # G w G^T over each (O, I) as one product with kron(G, G): FoldConstant makes it a
         # constant, so runs never transform the weights.
         out_channels, _, _, in_channels = static_dims(call.args[1])
         taps = relax.op.reshape(relax.op.permute_dims(call.args[1], [1, 2, 0, 3]),
                                 [9, out_channels * in_channels])
         packed = relax.op.reshape(relax.op.matmul(relax.const(np.kron(g, g)), taps),
-                                  [_WINOGRAD_ALPHA, _WINOGRAD_ALPHA, out_channels, in_channels])
+                                  [tile + 2, tile + 2, out_channels, in_channels])
         weight_pack = self.builder_.emit(packed)
         padding = [int(p) for p in call.attrs.padding]
         key = (tuple(static_dims(call.args[0])), (out_channels, in_channels), tuple(padding))

@@ -354,16 +354,30 @@ def conv_relu(channels: int, side: int) -> onnx.ModelProto:
     return helper.make_model(graph)
 
 
-@pytest.mark.parametrize("side,winograd", [
-    (224, False),  # vgg19's first stage, 64 channels: 29 MB of transformed tiles (slower)
-    (7, False),  # ResNet-50's last stage scaled: 4 tiles share each transformed weight, 4
-    # times the 3x3 one (slower measured, and 28 MB more a convolution there)
-    (16, True)])
-def test_convolutions_whose_winograd_tiles_spill_the_caches_or_are_few_stay_direct(side,
-                                                                                   winograd):
-    rewritten = laid_out_and_rewritten(conv_relu(64, side))
-    assert len(calls_of(rewritten, "relax.nn.conv2d")) == (0 if winograd else 1)
-    assert bool(winograd_kernels(rewritten)) == winograd
+def winograd_alpha(mod) -> int | None:
+    """The input tile side of ``mod``'s Winograd kernel (its packed weights' first axis)."""
+    found = [func for gvar, func in mod.functions_items()
+             if isinstance(func, tvm.tirx.PrimFunc) and "winograd" in gvar.name_hint]
+    return int(found[0].params[1].shape[0]) if found else None
+
+
+@pytest.mark.parametrize("channels,side,alpha", [
+    (64, 224, None),  # vgg19's first stage: 29 MB of transformed tiles (slower)
+    (64, 7, None),  # 4 tiles of 4x4 share each transformed weight, 4 times the 3x3 one; 2x2
+    # tiles are 16, but 64 channels pay less than their transforms (slower measured)
+    (128, 7, 4),  # ResNet-50's last stage scaled: F(2x2, 3x3), 16 tiles
+    (64, 16, 6)])  # F(4x4, 3x3)
+def test_winograd_tiles_follow_the_map_and_the_channels(channels, side, alpha):
+    rewritten = laid_out_and_rewritten(conv_relu(channels, side))
+    assert len(calls_of(rewritten, "relax.nn.conv2d")) == (1 if alpha is None else 0)
+    assert winograd_alpha(rewritten) == alpha
+
+
+def test_a_7x7_map_computes_by_winograd_in_2x2_tiles_as_onnxruntime():
+    model, spec = conv_relu(128, 7), targets.host_cpu()
+    x = RNG.standard_normal((1, 128, 7, 7)).astype(np.float32)
+    for got, want in kernels_and_onnxruntime(model, x, spec):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * np.abs(want).max())
 
 
 def test_a_constant_transposed_at_compile_time_keeps_its_dtype_and_values(caplog):
