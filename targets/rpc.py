@@ -220,12 +220,13 @@ class _RemoteFuture(PyRunnerFuture):
 
 @derived_object
 class TrackerRunner(PyRunner):
-    """Measures candidates on ``fleet``'s servers."""
+    """Measures candidates on ``fleet``'s servers, as ``evaluator_config`` says (None:
+    LocalRunner's defaults)."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, evaluator_config: EvaluatorConfig | None = None) -> None:
         super().__init__()
         self.fleet = fleet
-        self.evaluator_config = EvaluatorConfig()  # LocalRunner's defaults
+        self.evaluator_config = evaluator_config or EvaluatorConfig()
         self.pool = PopenPoolExecutor(max_workers=fleet.workers, timeout=MEASURE_TIMEOUT_S)
 
     def run(self, runner_inputs: list) -> list:

@@ -325,6 +325,7 @@ def test_keep_best_keeps_each_kernels_fastest_records_and_the_trial_counts(tuned
     # The fastest record of each kernel stays, and the trials removed still count.
     assert database.measurements() == before
     assert odla.tune(model, trials=6, cache_dir=work, progress=False).stopped_by == "done"
+    default_seconds(work, 1.0)  # the runs' run-offs timed the real ones
     assert compiled(model, work).module.tuned_kernels == TUNED
 
 
@@ -482,3 +483,50 @@ def test_a_transformer_block_gets_its_tasks_and_records_like_a_cnn(tmp_path):
     expected = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(odla.get_value_data(exe.outputs[0], None, ctx), expected,
                                rtol=1e-4, atol=1e-4)
+
+
+def matmul_onnx(path):
+    """One (128, 512) x (512, 512) product: a kernel long enough to run off (RUN_OFF_MIN_S)."""
+    weight = np.random.default_rng(3).standard_normal((512, 512)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (128, 512))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (128, 512))],
+        [numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path), weight
+
+
+def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(tmp_path):
+    """A run ends by timing each kernel's best record beside its default schedule, and that
+    time is the record's: a record timed faster apart (here a doctored one, the kernel
+    unscheduled: one core, no vectors, recorded at 1 ns) but slower beside its default no
+    longer applies after the next run, which runs it off (and runs nothing else)."""
+    model, weight = matmul_onnx(tmp_path / "matmul.onnx")
+    odla.tune(model, trials=1, cache_dir=tmp_path, progress=False)
+    database = targets.TuningDatabase(targets.host_cpu(), tmp_path)
+    run_offs = database.metadata()["run_offs"]
+    (kernel,) = [h for h, s in database.default_seconds().items()
+                 if s >= targets.tuning.RUN_OFF_MIN_S]
+    assert set(run_offs) == {kernel}
+    assert database.measurements()[kernel][1] == run_offs[kernel]["seconds"]
+    records = database.directory / "database_tuning_record.json"
+    lines = records.read_text().splitlines()
+    hashes = [json.loads(line)[0] for line in
+              (database.directory / "database_workload.json").read_text().splitlines()]
+    index, (_trace, _secs, *rest) = next(json.loads(line) for line in lines
+                                         if hashes[json.loads(line)[0]] == kernel)
+    lines.append(json.dumps([index, [[[], []], [1e-9], *rest]]))
+    records.write_text("\n".join(lines) + "\n")
+    assert database.measurements()[kernel][1] == 1e-9
+    assert kernel not in database.outclassed()  # applied as it stands
+    again = odla.tune(model, trials=1, cache_dir=tmp_path, progress=False)
+    assert again.trials_run == 0
+    run_off = database.metadata()["run_offs"][kernel]
+    assert run_off["recorded"] == 1e-9 and run_off["seconds"] > database.default_seconds()[kernel]
+    assert kernel in database.outclassed()
+    exe = compiled(model, tmp_path)
+    assert not any("matmul" in name for name in exe.module.tuned_kernels), exe.module.tuned_kernels
+    x = np.random.default_rng(4).standard_normal((128, 512)).astype(np.float32)
+    np.testing.assert_allclose(odla.Session(exe).run({"x": x})[0], x @ weight, rtol=1e-4,
+                               atol=1e-3)
