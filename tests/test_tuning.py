@@ -498,10 +498,11 @@ def matmul_onnx(path):
 
 
 def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(tmp_path):
-    """A run ends by timing each kernel's best record beside its default schedule, and that
-    time is the record's: a record timed faster apart (here a doctored one, the kernel
-    unscheduled: one core, no vectors, recorded at 1 ns) but slower beside its default no
-    longer applies after the next run, which runs it off (and runs nothing else)."""
+    """A run ends by timing each kernel's best record beside its default schedule, in
+    rounds, and that time is the record's; it applies only if it won every round: a record
+    timed faster apart (here a doctored one, the kernel unscheduled: one core, no vectors,
+    recorded at 1 ns) but slower beside its default no longer applies after the next run,
+    which runs it off (and runs nothing else)."""
     model, weight = matmul_onnx(tmp_path / "matmul.onnx")
     odla.tune(model, trials=1, cache_dir=tmp_path, progress=False)
     database = targets.TuningDatabase(targets.host_cpu(), tmp_path)
@@ -523,7 +524,8 @@ def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(
     again = odla.tune(model, trials=1, cache_dir=tmp_path, progress=False)
     assert again.trials_run == 0
     run_off = database.metadata()["run_offs"][kernel]
-    assert run_off["recorded"] == 1e-9 and run_off["seconds"] > database.default_seconds()[kernel]
+    assert run_off["recorded"] == 1e-9 and not run_off["won"]
+    assert run_off["seconds"] > database.default_seconds()[kernel]
     assert kernel in database.outclassed()
     exe = compiled(model, tmp_path)
     assert not any("matmul" in name for name in exe.module.tuned_kernels), exe.module.tuned_kernels
