@@ -5,8 +5,8 @@ JSON tables (workloads, and one record per measured candidate) and ``target.json
 the target the records were measured on, the TVM that made them, the models tuned into it (by
 architecture), every tuning run with its budget, and how fast each kernel ran as the target's
 default schedules make it (with a digest of that schedule). A run ends with a run-off: each
-kernel's best record and its default schedule measured again side by side, so that the one a
-compile applies is the one that ran faster at the same moment. ``find_database`` hands a target its
+kernel's best record and its default schedule measured again side by side, in rounds, and the
+record applies only if it was faster in each. ``find_database`` hands a target its
 database for compile_module, which applies the records to those models where they beat those
 default schedules, as long as the default rules make the schedule timed; records
 made for another target, or another TVM, are never applied (a warning says why).
