@@ -18,8 +18,8 @@
   weights transformed at compile time, each product's 4x4 output tile transformed back. That
   takes 4 times fewer multiplications; maps too small for enough 4x4 tiles (7x7) take F(2x2,
   3x3), 2.25 times fewer, where the channels are wide enough to pay for it. MetaSchedule tunes
-  the products and schedules the transforms by its Winograd rules. vgg19's 28x28, 512-channel convolution, tuned 64 trials:
-  6.8 ms against 16.2 ms direct after hundreds.
+  the products and schedules the transforms by its Winograd rules. vgg19's 28x28, 512-channel
+  convolution, tuned 64 trials: 6.8 ms against 16.2 ms direct after hundreds.
 """
 
 from __future__ import annotations
@@ -227,9 +227,9 @@ def _tile_transform(tiles: te.Tensor, matrix: te.Tensor, stage: str) -> te.Tenso
 def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.Tensor:
     """The convolution of NHWC ``data`` with ``weight_pack`` (alpha, alpha, O, I): the weights
     transformed as G w G^T for F(alpha - 2 x alpha - 2, 3 x 3). Its stages carry the names and
-    schedule rules MetaSchedule's Winograd rules take (as topi.nn.conv2d_winograd_nhwc, which transforms the weights in the
-    kernel at every run). The weights are a constant, which fused_kernels marks layout-free for
-    prepacking like any kernel's."""
+    schedule rules MetaSchedule's Winograd rules take (as topi.nn.conv2d_winograd_nhwc, which
+    transforms the weights in the kernel at every run). The weights are a constant, which
+    fused_kernels marks layout-free for prepacking like any kernel's."""
     batch, height, width, _ = (int(d) for d in data.shape)
     alpha, _, out_channels, in_channels = (int(d) for d in weight_pack.shape)
     m = alpha - 2
