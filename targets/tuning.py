@@ -215,6 +215,13 @@ class TuningDatabase:
         return lost | {h for h, (_count, best) in found.items()
                        if _keeps_default(best, defaults.get(h))}
 
+    def compiled_seconds(self, hashes: Iterable[str]) -> list[float | None]:
+        """Per kernel of ``hashes``: its time as a compile builds it, its default schedule's
+        where that is kept (outclassed, or no record ran) or its best record's."""
+        found, defaults, kept = self.measurements(), self.default_seconds(), self.outclassed()
+        best = [found.get(h, (0, None))[1] for h in hashes]
+        return [defaults.get(h) if h in kept or b is None else b for h, b in zip(hashes, best)]
+
     def open(self):
         """The MetaSchedule database to tune into (made on first use)."""
         from tvm.s_tir import meta_schedule as ms  # MetaSchedule loads slowly; only when needed
@@ -357,11 +364,6 @@ def _keeps_default(best: float | None, default: float | None) -> bool:
     """Whether a compile keeps a kernel's default schedule (``default`` seconds; None: never
     timed) over its best record (None: none ran)."""
     return default is not None and (best is None or best >= default)
-
-
-def _compiled_seconds(best: float | None, default: float | None) -> float | None:
-    """A kernel's time as a compile builds it: its default's or its best record's."""
-    return default if _keeps_default(best, default) else best
 
 
 def _run_seconds(run_secs: list) -> float:
@@ -537,7 +539,7 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
             _time_default_schedules(tasks, hashes, untimed, spec, database, builder, runner,
                                     progress)
             progress_bar = _Progress(
-                tasks, hashes, recorded, database.default_seconds(),
+                tasks, database.compiled_seconds(hashes),
                 max(budget, 0) if trials is not None else None,
                 started + minutes * 60 if minutes is not None else None,
                 f"tuning {label} for {spec.name}", progress and budget > 0, fleet)
@@ -741,12 +743,10 @@ def _heavy_count(tasks: list, share: float = 0.995) -> int:
 
 def _report(spec, database, tasks, hashes, trials_run, started, stopped_by,
             fleet: rpc.Fleet | None) -> TuningReport:
-    recorded, defaults = database.measurements(), database.default_seconds()
+    recorded, kept = database.measurements(), database.outclassed()
     found = [recorded.get(h, (0, None)) for h in hashes]
-    kept = database.outclassed()
-    compiled = [defaults.get(h) if h in kept or b is None else b
-                for h, (_count, b) in zip(hashes, found)]
-    best = [task.weight * s for task, s in zip(tasks, compiled) if s is not None]
+    best = [task.weight * s for task, s in zip(tasks, database.compiled_seconds(hashes))
+            if s is not None]
     return TuningReport(spec.name, database.directory, len(tasks), trials_run,
                         sum(count for count, _ in found), time.monotonic() - started,
                         sum(best) if best else None, stopped_by,
@@ -783,11 +783,10 @@ class _Progress:
     kernels), the RPC servers measuring (those that measured and were not lost since), and the
     time left of a minutes budget. Ends the run (raising _OutOfTime) once that time is up."""
 
-    def __init__(self, tasks, hashes, recorded, defaults, total, deadline, description,
-                 enabled, fleet=None):
+    def __init__(self, tasks, best, total, deadline, description, enabled, fleet=None):
+        """``best``: each task's time so far, as a compile would build it."""
         self.weights = [t.weight for t in tasks]
-        self.best = [_compiled_seconds(recorded.get(h, (0, None))[1], defaults.get(h))
-                     for h in hashes]
+        self.best = list(best)
         self.indices = list(range(len(tasks)))  # the phase's tasks, by MetaSchedule's task id
         self.deadline = deadline
         self.fleet = fleet

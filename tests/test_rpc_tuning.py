@@ -442,8 +442,8 @@ def test_a_boards_server_measures_aarch64_candidates(fleet, tmp_path, capsys):
     # default in turns, each RUN_OFF_ROUNDS times (under qemu the kernel takes long enough).
     sessions = 5 + 2 * targets.tuning.RUN_OFF_ROUNDS
     assert report.measured_on == {address: sessions} and report.measured_again == 0
-    assert set(targets.find_database(spec, tmp_path).metadata()["run_offs"]) == set(
-        targets.find_database(spec, tmp_path).default_seconds())
+    database = targets.find_database(spec, tmp_path)
+    assert set(database.metadata()["run_offs"]) == set(database.default_seconds())
     deadline = time.monotonic() + 10  # the last session ends once its client has closed
     while (log := (fleet.logs / "board0.log").read_text()).count("finished serving") < sessions:
         assert time.monotonic() < deadline, log
@@ -455,7 +455,6 @@ def test_a_boards_server_measures_aarch64_candidates(fleet, tmp_path, capsys):
     # Compiles for aarch64-linux apply the records (where they beat the default schedule,
     # as here they are said to).
     comp = import_model(model)
-    database = targets.find_database(spec, tmp_path)
     [default_s] = database.default_seconds().values()
     assert 0 < default_s < 1
     database.add_default_seconds(dict.fromkeys(database.default_seconds(), 1.0))

@@ -340,10 +340,8 @@ def test_a_time_budget_ends_the_run_after_recording_its_batch():
     class Result:
         error_msg, run_secs = None, [0.002, 0.004]
 
-    # Each kernel's best: the faster of its best record and its default schedule.
-    progress = _Progress(Scheduler.tasks_, ["a", "b"], {"b": (5, 0.001)},
-                         {"a": 0.005, "b": 0.0005}, None, time.monotonic() - 1, "tuning", False)
-    assert progress.best == [0.005, 0.0005]
+    progress = _Progress(Scheduler.tasks_, [0.005, 0.0005], None, time.monotonic() - 1,
+                         "tuning", False)
     with pytest.raises(_OutOfTime):
         progress.update(Scheduler(), 0, [Result()])
     assert progress.out_of_time
