@@ -296,10 +296,23 @@ def _schedule_spatial(sch: s_tir.Schedule, block, target: Target,
         many = (_extent(sch, vectors) or 0) >= 4 * _cores(target)
         _maybe_parallel(sch, vectors if many else rest, work, target)
     elif loops:
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        outer = _parallel_prefix(sch, loops, target) if inner is None else loops
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
         _maybe_parallel(sch, fused, work, target)
     if inner is not None:
         sch.vectorize(inner)
+
+
+def _parallel_prefix(sch: s_tir.Schedule, loops: list, target: Target) -> list:
+    """The outer loops to fuse and run in parallel where no vector divides the innermost axis
+    (a transpose to or from 3 or 7 columns): all but the two innermost, else all but the
+    innermost, where those still give each core 4 iterations, else all. The loops left out
+    stay serial: fused, every element would pay a division and a modulo to find its indices,
+    and LLVM could not unroll or vectorize the rows itself."""
+    for kept in (2, 1):
+        if len(loops) > kept and (_work(sch, loops[:-kept]) or 0) >= 4 * _cores(target):
+            return loops[:-kept]
+    return loops
 
 
 # Where a comparison of an iterator v with a constant c changes: v OP c at c + this, c OP v at

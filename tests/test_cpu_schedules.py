@@ -139,6 +139,30 @@ def test_transposes_reshapes_and_casts(shape, axes):
     check(mod, [a], [moved.astype("int32"), moved.reshape(-1)], "Injective")
 
 
+@pytest.mark.parametrize("shape,axes,serial", [((1, 3, 224, 224), (0, 2, 3, 1), 2),
+                                               ((1, 7, 7, 2048), (0, 3, 1, 2), 2),
+                                               ((1, 3, 8000), (0, 2, 1), 1)])
+def test_a_transpose_to_an_odd_innermost_axis_runs_whole_rows_in_parallel(shape, axes, serial):
+    """A CNN's NCHW input moved to NHWC (3 channels innermost), its NHWC output back to NCHW
+    (7 columns): no vector divides the innermost axis, so the two innermost loops stay apart
+    and serial inside the parallel loop over the rest; fused into one parallel loop, every
+    element paid a division and a modulo to find its indices (ResNet-50's input transpose
+    0.132 -> 0.107 ms, its output's 0.139 -> 0.097, untuned, on a 2-core AMD EPYC)."""
+    a = data(shape)
+    mod = relax_module({"a": (shape, "float32")}, lambda x: relax.op.permute_dims(x, axes))
+    (func,) = [f for _, f in _scheduled_kernels(mod).functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc)]
+    loops = []
+    tvm_ffi.structural_walk(func.body, (tvm.tirx.For, lambda loop: loops.append(
+        (loop.kind, int(loop.extent)))), order="pre")
+    moved = np.transpose(a, axes)
+    # Where the rows alone are too few to share out (8000 rows of 3 in one), one loop stays.
+    parallel = int(np.prod(moved.shape[:-serial]))
+    assert loops == [(tvm.tirx.ForKind.PARALLEL, parallel)] + [
+        (tvm.tirx.ForKind.SERIAL, extent) for extent in moved.shape[-serial:]]
+    check(mod, [a], [moved], "Injective")
+
+
 def test_padding_gather_and_concatenation():
     a, b = data((2, 5, 3)), data((2, 4, 3))
     idx = np.array([3, 0, 4, 4, 1], "int64")
