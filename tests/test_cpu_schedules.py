@@ -156,7 +156,8 @@ def test_a_transpose_to_an_odd_innermost_axis_runs_whole_rows_in_parallel(shape,
     tvm_ffi.structural_walk(func.body, (tvm.tirx.For, lambda loop: loops.append(
         (loop.kind, int(loop.extent)))), order="pre")
     moved = np.transpose(a, axes)
-    # Where the rows alone are too few to share out (8000 rows of 3 in one), one loop stays.
+    # Where the loops outside the rows are too few to share out (one, around 8000 rows of 3),
+    # only the innermost stays serial.
     parallel = int(np.prod(moved.shape[:-serial]))
     assert loops == [(tvm.tirx.ForKind.PARALLEL, parallel)] + [
         (tvm.tirx.ForKind.SERIAL, extent) for extent in moved.shape[-serial:]]
