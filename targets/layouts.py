@@ -51,6 +51,20 @@ def rewrite_functions(mod: tvm.IRModule, make_mutator) -> tvm.IRModule:
     return mod
 
 
+def called_kernels(mod: tvm.IRModule) -> set:
+    """The global vars the module's relax functions mention (the kernels they call)."""
+    mentioned = set()
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.GlobalVar):
+            mentioned.add(expr)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return mentioned
+
+
 @relax.expr_functor.mutator
 class _FullRankConstants(relax.expr_functor.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:

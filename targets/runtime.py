@@ -26,7 +26,8 @@ from .conv_rewrites import conv_rewrites
 from .amx import amx_products, has_amx, parts_schedules
 from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
-from .layouts import constant_layouts_folded, layout_passes, rewrite_functions
+from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
+from .layouts import called_kernels, constant_layouts_folded, layout_passes, rewrite_functions
 from .registry import TargetSpec, cpu_count
 from .weights import WeightFiles, lift_weights, numpy_views
 
@@ -413,12 +414,15 @@ class _KernelRecorder:
         self._unscheduled: set[str] = set()
         self._calls: dict[tuple, str] = {}  # (kernel, operand names) -> binding, before FuseOps
         self._fused: dict[str, str] = {}  # binding of a fused call -> the binding it replaced
+        self._called: list[str] = []  # the kernel of each call, in order, before ResidualsInPlace
 
     def run_before_pass(self, mod, info):
         if info.name == "MetaScheduleApplyDatabase":
             self._unscheduled = set(_kernels(mod, scheduled=False))
         if info.name == "FuseOps":
             self._calls = {_call_key(value): var.name for var, value in _kernel_calls(mod["main"])}
+        if info.name == "ResidualsInPlace":
+            self._called = [value.args[0].name_hint for _, value in _kernel_calls(mod["main"])]
 
     def run_after_pass(self, mod, info):
         if info.name == "MetaScheduleApplyDatabase":
@@ -427,12 +431,27 @@ class _KernelRecorder:
             self._fused = self._fused_outputs(mod)
         if info.name == "SplitLayoutRewritePreproc":
             self._follow_prepacked(mod)
+        if info.name == "ResidualsInPlace":
+            self._follow_in_place(mod)
         if info.name not in ("LegalizeOps", "FuseTIR"):
             return
         self.kernels = {}
         for var, value in _kernel_calls(mod["main"]):
             self.kernels.setdefault(value.args[0].name_hint, []).append(
                 self._fused.get(var.name, var.name))
+
+    def _follow_in_place(self, mod) -> None:
+        """A call made to write over its operand calls ``<name>_inplace`` (targets.in_place):
+        same value, in the same place among the calls, under a new name."""
+        called = [value.args[0].name_hint for _, value in _kernel_calls(mod["main"])]
+        remaining = {name: iter(bindings) for name, bindings in self.kernels.items()}
+        kernels: dict[str, list[str]] = {}
+        for before, after in zip(self._called, called):
+            if before in remaining:
+                kernels.setdefault(after, []).append(next(remaining[before]))
+        for name, rest in remaining.items():  # kernels no call names (reshapes made views)
+            kernels.setdefault(name, []).extend(rest)
+        self.kernels = {name: bindings for name, bindings in kernels.items() if bindings}
 
     def _follow_prepacked(self, mod) -> None:
         """A kernel whose schedule reads its weights in another layout becomes ``<name>_prepacked``
@@ -465,10 +484,10 @@ class _KernelRecorder:
 
 
 def _kernel_calls(func: relax.Function) -> list[tuple[relax.Var, relax.Call]]:
-    """The call_tir bindings of ``func``, in order."""
+    """The call_tir (and call_tir_inplace) bindings of ``func``, in order."""
     return [(b.var, b.value) for block in func.body.blocks for b in block.bindings
             if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
-            and b.value.op.name == "relax.call_tir"]
+            and b.value.op.name in ("relax.call_tir", "relax.call_tir_inplace")]
 
 
 def _operand_name(expr) -> str:
@@ -698,26 +717,12 @@ def _fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = Non
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
         mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))
     mod = relax.transform.FoldConstant()(mod)
-    unused = folded - _called_kernels(mod)
+    unused = folded - called_kernels(mod)
     if unused:
         mod = mod.clone()
         for kernel in unused:
             del mod[kernel]
     return mod
-
-
-def _called_kernels(mod: tvm.IRModule) -> set:
-    """The global vars the module's relax functions mention (the kernels they call)."""
-    mentioned = set()
-
-    def visit(expr):
-        if isinstance(expr, tvm.ir.GlobalVar):
-            mentioned.add(expr)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return mentioned
 
 
 def _kernel_passes(spec: TargetSpec, weight_files: WeightFiles | None = None) -> list:
@@ -828,10 +833,12 @@ def _split_layout_rewrites(mod: tvm.IRModule) -> tvm.IRModule:
 
 def _lowering(spec: TargetSpec) -> tvm.transform.Pass:
     """Scheduled kernels to VM code: relax.pipeline's dataflow lowering (spelled out: its
-    function fails for llvm and cuda in TVM 0.27, whose backends do not export it) and the
-    target's finalizing passes."""
+    function fails for llvm and cuda in TVM 0.27, whose backends do not export it), with the
+    kernels that may write over a dying operand made to (targets.in_place), and the target's
+    finalizing passes."""
     return tvm.transform.Sequential([
-        relax.transform.RewriteDataflowReshape(), relax.transform.ToNonDataflow(),
+        relax.transform.RewriteDataflowReshape(), residuals_in_place,
+        relax.transform.ToNonDataflow(),
         relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite(),
         *relax.pipeline.finalize_passes(spec.tvm_target())])
 
@@ -890,7 +897,7 @@ def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
         try:
             return codegen.build(lowered, target), regions, weights
         except Exception as err:  # noqa: BLE001
-            failing = {name.removesuffix("_prepacked")
+            failing = {name.removesuffix(IN_PLACE_SUFFIX).removesuffix("_prepacked")
                        for name in codegen.failing_kernels(lowered, target)}
             if "cpu-default" not in spec.schedules or recorder.tuned or \
                     not failing or failing <= unscheduled:
