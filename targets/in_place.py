@@ -28,7 +28,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .layouts import called_kernels, op_name, rewrite_functions
+from .layouts import called_kernels, op_name, rewrite_functions, without_uncalled
 
 SUFFIX = "_inplace"
 
@@ -212,11 +212,4 @@ def residuals_in_place(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     operand dying with it (see the module's docstring) made so; the kernels no call is left
     to dropped. Reshapes must be views by now (RewriteDataflowReshape): a reshaping kernel's
     new tensor would share its input's memory after."""
-    before = called_kernels(mod)
-    mod = rewrite_functions(mod, _InPlace)
-    unused = before - called_kernels(mod)
-    if unused:
-        mod = mod.clone()
-        for kernel in unused:
-            del mod[kernel]
-    return mod
+    return without_uncalled(rewrite_functions(mod, _InPlace), called_kernels(mod))

@@ -65,6 +65,16 @@ def called_kernels(mod: tvm.IRModule) -> set:
     return mentioned
 
 
+def without_uncalled(mod: tvm.IRModule, kernels: set) -> tvm.IRModule:
+    """``mod`` without those of ``kernels`` (global vars) its relax functions no longer call."""
+    unused = kernels - called_kernels(mod)
+    if unused:
+        mod = mod.clone()
+        for kernel in unused:
+            del mod[kernel]
+    return mod
+
+
 @relax.expr_functor.mutator
 class _FullRankConstants(relax.expr_functor.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:

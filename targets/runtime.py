@@ -27,7 +27,7 @@ from .amx import amx_products, has_amx, parts_schedules
 from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
-from .layouts import called_kernels, constant_layouts_folded, layout_passes, rewrite_functions
+from .layouts import constant_layouts_folded, layout_passes, rewrite_functions, without_uncalled
 from .registry import TargetSpec, cpu_count
 from .weights import WeightFiles, lift_weights, numpy_views
 
@@ -716,13 +716,7 @@ def _fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = Non
             results.append(out)
         replacements = {call: relax.const(out) for (call, _, _), out in zip(calls, results)}
         mod = rewrite_functions(mod, lambda m, _func: _ReplaceCalls(m, replacements))
-    mod = relax.transform.FoldConstant()(mod)
-    unused = folded - called_kernels(mod)
-    if unused:
-        mod = mod.clone()
-        for kernel in unused:
-            del mod[kernel]
-    return mod
+    return without_uncalled(relax.transform.FoldConstant()(mod), folded)
 
 
 def _kernel_passes(spec: TargetSpec, weight_files: WeightFiles | None = None) -> list:
