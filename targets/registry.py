@@ -122,6 +122,19 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+# TVM's CPU thread pool reads how long its idle workers poll for the next kernel once, when it
+# starts (at the first parallel kernel). What the user set before any odla-tvm module loaded
+# stands; otherwise the module that sets the pool's spin last before it starts decides.
+_POOL_SPIN = "TVM_THREAD_POOL_SPIN_COUNT"
+_POOL_SPIN_CHOSEN = _POOL_SPIN in os.environ
+
+
+def default_pool_spin(polls: int) -> None:
+    """Makes ``polls`` the TVM pool's spin, unless the user chose one."""
+    if not _POOL_SPIN_CHOSEN:
+        os.environ[_POOL_SPIN] = str(polls)
+
+
 # AMX's features, as /proc/cpuinfo and LLVM name them (see targets.amx).
 _AMX_FLAGS = {"amx_tile": "amx-tile", "amx_bf16": "amx-bf16"}
 

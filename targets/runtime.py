@@ -28,7 +28,7 @@ from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions, without_uncalled
-from .registry import TargetSpec, cpu_count
+from .registry import TargetSpec, cpu_count, default_pool_spin
 from .weights import WeightFiles, lift_weights, numpy_views
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,9 @@ os.environ.setdefault("TVM_NUM_THREADS", str(cpu_count()))
 # Its idle workers poll for the next kernel 300,000 times (sched_yield) before they sleep:
 # after every run a process kept a core busy for ~150 ms, taken from whatever ran next on the
 # machine. 10,000 polls (~5 ms) still span the microseconds between a run's kernels (ResNet-50,
-# DistilBERT, MobileNetV2: no change in latency).
-os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "10000")
+# DistilBERT, MobileNetV2: no change in latency). A process handing work to oneDNN polls none
+# (targets.onednn).
+default_pool_spin(10000)
 
 
 def _fcompile(spec: TargetSpec):

@@ -17,6 +17,7 @@ import targets
 from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
 from odla_tvm.demo import build_small_cnn
+from odla_tvm.device import default_plugin_missing
 from targets.runtime import compile_module
 
 HAS_AVX2 = targets.get_target("x86-64-avx2").runs_here()
@@ -209,3 +210,30 @@ def test_the_thread_pool_sleeps_soon_after_a_run_unless_told_otherwise():
     env["TVM_NUM_THREADS"] = "2"
     assert _cpu_seconds_after_a_run(env) < 0.03
     assert _cpu_seconds_after_a_run({**env, "TVM_THREAD_POOL_SPIN_COUNT": "300000"}) > 0.03
+
+
+def _pool_spin_after(devices: list[str], env: dict) -> list[str]:
+    """TVM_THREAD_POOL_SPIN_COUNT in a new process after allocating each of ``devices``."""
+    script = textwrap.dedent(f"""
+        import os
+        import odla_tvm as odla
+        for name in {devices!r}:
+            odla.allocate_device(device_name=odla.DeviceName[name])
+            print(os.environ["TVM_THREAD_POOL_SPIN_COUNT"])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+@pytest.mark.skipif(default_plugin_missing() is not None, reason="DEFAULT has no oneDNN here")
+def test_the_default_devices_thread_pool_does_not_spin_unless_told_otherwise():
+    """A process that hands work to oneDNN runs TVM's pool without polling for the next kernel
+    (its polls slowed the oneDNN region after it; targets.onednn), one that runs TVM's code
+    alone polls 10,000 times; a user's TVM_THREAD_POOL_SPIN_COUNT stands in both. The default
+    for pure TVM had made oneDNN's dead: DEFAULT polled too."""
+    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
+    assert _pool_spin_after(["INTEL_X86", "DEFAULT"], env) == ["10000", "0"]
+    assert _pool_spin_after(["INTEL_X86", "DEFAULT"],
+                            {**env, "TVM_THREAD_POOL_SPIN_COUNT": "300000"}) == ["300000"] * 2
