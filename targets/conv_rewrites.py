@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import tvm
@@ -264,29 +265,56 @@ def _winograd_conv_nhwc(data: te.Tensor, weight_pack: te.Tensor, padding) -> te.
         name="conv2d_winograd")
 
 
-def _winograd_tile(call, lookup) -> int | None:
-    """The output tile side a float32 3x3 convolution of stride 1, in NHWC with OHWI constant
-    weights, computes by Winograd in: the largest of WINOGRAD_TILINGS whose transforms cost
-    less than the multiplications they save; None where it stays direct."""
+def winograd_tile(call, lookup) -> int | None:
+    """The output tile side a float32 3x3 convolution of stride 1 with constant weights
+    computes by Winograd in, in whatever layout it is (the rewrite takes it in NHWC): the
+    largest of WINOGRAD_TILINGS whose transforms cost less than the multiplications they save;
+    None where it stays direct. ``lookup`` gives a var's bound value."""
     if not _conv_with_constant_weight(call, lookup) or static_dims(call) is None:
         return None
     attrs = call.attrs
-    dims = static_dims(call.args[1])
-    if not (attrs.data_layout == "NHWC" and attrs.kernel_layout == "OHWI"
-            and (attrs.out_layout or "NHWC") == "NHWC"
-            and [int(s) for s in attrs.strides] == [1, 1]
-            and [int(d) for d in attrs.dilation] == [1, 1] and dims[1:3] == [3, 3]
+    weight = dict(zip(attrs.kernel_layout, static_dims(call.args[1])))
+    output = dict(zip(attrs.out_layout or attrs.data_layout, static_dims(call)))
+    if not ([int(s) for s in attrs.strides] == [1, 1]
+            and [int(d) for d in attrs.dilation] == [1, 1] and (weight["H"], weight["W"]) == (3, 3)
             and str(call.args[0].ty.dtype) == str(call.args[1].ty.dtype) == "float32"
-            and str(call.attrs.out_dtype or "float32") == "float32"):
+            and str(attrs.out_dtype or "float32") == "float32"):
         return None
-    batch, height, width, _ = static_dims(call)
     for tile, min_channels in WINOGRAD_TILINGS:
-        tiles = batch * -(-height // tile) * -(-width // tile)
-        tile_bytes = (tile + 2) ** 2 * tiles * max(dims[0], dims[3]) * 4
-        if (min(dims[0], dims[3]) >= min_channels and WINOGRAD_MIN_TILES <= tiles
+        tiles = output["N"] * -(-output["H"] // tile) * -(-output["W"] // tile)
+        tile_bytes = (tile + 2) ** 2 * tiles * max(weight["O"], weight["I"]) * 4
+        if (min(weight["O"], weight["I"]) >= min_channels and WINOGRAD_MIN_TILES <= tiles
                 and tile_bytes <= WINOGRAD_MAX_TILE_BYTES):
             return tile
     return None
+
+
+def _multiply_adds(call: relax.Call) -> int:
+    """A convolution's or a matmul's multiply-adds (0 for other calls and unknown shapes)."""
+    output = static_dims(call)
+    if output is None or op_name(call) not in (_CONV2D, "relax.matmul"):
+        return 0
+    if op_name(call) == _CONV2D:
+        weight = static_dims(call.args[1])
+        per_output = weight and math.prod(weight) // weight[call.attrs.kernel_layout.index("O")]
+    else:
+        per_output = (static_dims(call.args[0]) or [0])[-1]
+    return math.prod(output) * (per_output or 0)
+
+
+def winograd_share(func: relax.Function) -> float:
+    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in the
+    convolutions that winograd_convs computes by Winograd; 0.0 where it has none."""
+    values = {binding.var: binding.value for block in func.body.blocks
+              for binding in block.bindings}
+    total = by_winograd = 0
+    for value in values.values():
+        if isinstance(value, relax.Call):
+            count = _multiply_adds(value)
+            total += count
+            if count and winograd_tile(value, values.get) is not None:
+                by_winograd += count
+    return by_winograd / total if total else 0.0
 
 
 @relax.expr_functor.mutator
@@ -300,7 +328,10 @@ class _WinogradConvs(relax.expr_functor.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        tile = _winograd_tile(call, self.lookup_binding)
+        attrs = getattr(call, "attrs", None)
+        nhwc = (op_name(call) == _CONV2D and (attrs.data_layout, attrs.kernel_layout)
+                == ("NHWC", "OHWI") and (attrs.out_layout or "NHWC") == "NHWC")
+        tile = winograd_tile(call, self.lookup_binding) if nhwc else None
         if tile is None:
             return call
         _, _, g = _winograd_matrices(tile)

@@ -29,6 +29,7 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
+from .conv_rewrites import winograd_share
 from .layouts import op_name, rewrite_functions
 from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
 from .registry import default_pool_spin
@@ -865,6 +866,25 @@ def codegen(regions: list[relax.Function], _items) -> list:
     return [tables, _runtime()]
 
 
+# oneDNN computes convolutions directly; TVM's own build computes 3x3 stride-1 ones by Winograd
+# (targets.conv_rewrites), with 2.25-4 times fewer multiplications. Handing oneDNN all but those
+# cuts the graph into regions with layout reorders at every cut (ResNet-50 38.6 -> 47.3 ms), so a
+# graph whose multiply-adds are mostly in them goes to TVM whole. 2-core AMD EPYC, DEFAULT against
+# TVM alone, alternated in one process (share in Winograd's convolutions): VGG-19 186.9 / 114.6
+# ms (0.75), ResNet-34 32.3 / 25.0 (0.92), ResNet-18 16.0 / 13.0 (0.83), Inception v2 19.6 / 18.8
+# (0.65); below the line, ZFNet-512 24.5 / 20.5 (0.57), Inception v1 14.3 / 15.1 (0.58),
+# ResNet-50 38.6 / 38.3 (0.37).
+WINOGRAD_SHARE_FOR_TVM = 0.6
+
+
+def declines(mod: tvm.IRModule) -> str | None:
+    share = winograd_share(mod["main"])
+    if share < WINOGRAD_SHARE_FOR_TVM:
+        return None
+    return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "
+            f"Winograd (oneDNN computes them directly; the line is {WINOGRAD_SHARE_FOR_TVM:.0%})")
+
+
 PLUGIN = VendorPlugin(
     name="onednn",
     device_name="INTEL_DNNL",
@@ -878,4 +898,5 @@ PLUGIN = VendorPlugin(
     items=ITEMS,
     check_item=check_item,
     prepare=prepare,
+    declines=declines,
 )

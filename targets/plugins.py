@@ -92,6 +92,8 @@ class VendorPlugin:
     # A rewrite of the whole module before partitioning (a layout change, say), given the
     # items as ``patterns`` is, or None.
     prepare: Callable[[tvm.IRModule, Mapping[str, object]], tvm.IRModule] | None = None
+    # Why it leaves a whole graph to TVM's own code, which runs that graph faster, or None.
+    declines: Callable[[tvm.IRModule], str | None] = lambda _mod: None
 
 
 _PLUGINS: dict[str, VendorPlugin] = {}
@@ -151,6 +153,10 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin,
     unpartitionable = _unpartitionable(mod)
     if unpartitionable is not None:
         log.info("the %s plugin leaves this graph to TVM: it has %s", plugin.name, unpartitionable)
+        return mod
+    declined = plugin.declines(mod)
+    if declined is not None:
+        log.info("the %s plugin leaves this graph to TVM: %s", plugin.name, declined)
         return mod
     mine = {k: v for k, v in (items or {}).items() if k.startswith(f"{plugin.name}.")}
     # RunCodegen finds the codegen by this global name; registering here (not at import) keeps

@@ -3,6 +3,7 @@ several shapes, and its code is what ran; a real CNN matches its reference outpu
 with oneDNN parts runs after export in a fresh process; without oneDNN the device is refused,
 saying what to install, and the plain CPU device still works."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,9 @@ from odla_tvm import MemoryLayout as L
 from odla_tvm import ValueType as VT
 from odla_tvm.frontends.onnx import import_model
 from targets import onednn
+from targets.conv_rewrites import winograd_share
+
+import reference as ref
 
 RTOL, ATOL = 1e-4, 1e-5
 RNG = np.random.default_rng(0)
@@ -1245,3 +1249,58 @@ def test_several_whole_tensor_adds_after_a_conv_and_a_binary_op_match_tvm():
 
     feeds = {"x": x, **{f"r{index}": r for index, r in enumerate(residuals)}}
     _check_against_tvm(build, feeds, expected_calls=2)  # two regions: nothing joins them
+
+
+def _conv_stack(widths, kernels, size):
+    """Convolutions (stride 1, same padding, no bias) of a 1 x widths[0] x size x size input
+    through widths[1:], kernels[i] square: the build function and a NumPy reference."""
+    rng = np.random.default_rng(len(widths) + size)
+    weights = [_randn(rng, cout, cin, k, k, scale=0.3 / k)
+               for cin, cout, k in zip(widths, widths[1:], kernels)]
+
+    def build():
+        y = odla.create_argument(VT(E.FLOAT32, (1, widths[0], size, size)), "x")
+        for w in weights:
+            pad = (w.shape[2] // 2,) * 2
+            y = odla.conv(y, L.CHANNELS_FIRST, 1, _constant(w), L.OIS, (1, 1), (1, 1), pad, pad)
+        odla.set_value_as_output(y)
+
+    def reference(x):
+        for w in weights:
+            pad = (w.shape[2] // 2,) * 2
+            x = ref.conv(x, w, strides=(1, 1), dilations=(1, 1), pads_front=pad, pads_back=pad)
+        return x
+
+    return build, reference
+
+
+@needs_onednn
+@pytest.mark.parametrize("kernels, expected_share, onednn_calls", [
+    # Two 3x3 convolutions Winograd takes (32 channels, 16 tiles of 4x4) and a 1x1 one.
+    ((3, 3, 1), 18 / 19, 0),
+    # One 3x3 convolution of 32 channels among 1x1 ones of 32 -> 128 -> 32 channels.
+    ((3, 1, 1), 9 / 17, 1),
+])
+def test_a_graph_mostly_of_winograd_convolutions_is_left_to_tvm(kernels, expected_share,
+                                                               onednn_calls, caplog):
+    """oneDNN computes convolutions directly: a graph whose multiply-adds are mostly (60% or
+    more) in 3x3 convolutions TVM computes by Winograd runs in TVM whole, saying why; below
+    that line oneDNN takes the graph as before. Both match NumPy."""
+    widths = (32, 32, 32, 32) if onednn_calls == 0 else (32, 32, 128, 32)
+    build, reference = _conv_stack(widths, kernels, 16)
+    comp = odla.create_computation()
+    build()
+    share = winograd_share(comp.build_module()["main"])
+    assert share == pytest.approx(expected_share)
+    x = _randn(np.random.default_rng(1), 1, 32, 16, 16)
+    with caplog.at_level(logging.INFO, logger="targets.plugins"):
+        exe = odla.compile_computation(comp, odla.allocate_device())
+    (out,) = odla.Session(exe).run({"x": x})
+    np.testing.assert_allclose(out, reference(x), rtol=RTOL, atol=1e-4)
+    if onednn_calls:
+        assert _oneDNN_calls(exe) == onednn_calls
+    else:
+        assert not exe.module.vendor_regions  # nothing of oneDNN's linked or called
+    declined = f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes"
+    assert (declined in caplog.text) == (onednn_calls == 0), caplog.text
+    odla.destroy_computation(comp)
