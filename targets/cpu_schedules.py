@@ -843,7 +843,10 @@ def _tile_table_reduction(sch: s_tir.Schedule, func, target: Target, info):
     unrolled, so that each weight is a constant of the code and its zeros drop out (676 of the
     input transform's 1296 products remain, 324 of the inverse's 576); the output's innermost
     axis vectorized, the other axes fused and run in parallel. A spatial producer read only
-    here (the input's padding) is computed as it is read, rather than written whole first.
+    here is not written whole first: the input's padding is computed per tile, its window of
+    vectors into a local buffer, which the unrolled products read with no bounds test (tested
+    at each of them, the simplifier took most of the build: ResNet-50's F(4x4) kernels 1.8
+    -> 1.0 s each); any other is computed as it is read.
     Returns (the parallel loop, the lanes, the first reduction loop), or None where the block
     does not fit."""
     stmt = sch.get(info.block_rv)
@@ -871,9 +874,13 @@ def _tile_table_reduction(sch: s_tir.Schedule, func, target: Target, info):
         return None
     for table in tables:
         sch.compute_inline(table)
+    paddings = []
     for producer in sch.get_producers(info.block_rv):
         if _is_spatial(sch, producer) and len(sch.get_consumers(producer)) == 1:
-            sch.compute_inline(producer)
+            if _has_if_then_else(sch.get(producer)):
+                paddings.append(producer)
+            else:
+                sch.compute_inline(producer)
     spatial = [it.loop_rv for n, it in enumerate(info.iters)
                if it.kind == "S" and n != axis and it not in unrolled]
     if width < extent:
@@ -888,9 +895,15 @@ def _tile_table_reduction(sch: s_tir.Schedule, func, target: Target, info):
         sch.unroll(loop)
     sch.vectorize(vector)
     if not spatial:
+        for padding in paddings:
+            sch.compute_inline(padding)
         return None, width, reduce[0]
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     _maybe_parallel(sch, fused, work, target)
+    for padding in paddings:
+        sch.compute_at(padding, fused)
+        sch.set_scope(padding, 0, "local")
+        _vectorize_innermost(sch, padding, width)
     return fused, width, reduce[0]
 
 
@@ -963,6 +976,8 @@ def _padded_per_tile(sch: s_tir.Schedule, block, reductions: list, target: Targe
                      if sch.get(loop).kind == tirx.ForKind.PARALLEL), None)
     if parallel is None:
         return False
+    if any(sch.get(loop).same_as(sch.get(parallel)) for loop in sch.get_loops(block)):
+        return True  # computed per tile already (a table reduction's window)
     trial = sch.copy()
     try:
         trial.compute_at(block, parallel)
