@@ -50,6 +50,11 @@ MODELS = {
     "vit-b16": (tf.ViTModel, tf.ViTConfig(image_size=224, patch_size=16), "image", 224),
     "convnext-t": (tf.ConvNextModel, tf.ConvNextConfig(), "image", 224),  # default is tiny
     "resnet50": (tf.ResNetModel, tf.ResNetConfig(), "image", 224),  # default is ResNet-50
+    # Basic blocks (two 3x3 convolutions): most of their work is what Winograd takes.
+    "resnet18": (tf.ResNetModel, tf.ResNetConfig(layer_type="basic", depths=[2, 2, 2, 2],
+                                                 hidden_sizes=[64, 128, 256, 512]), "image", 224),
+    "resnet34": (tf.ResNetModel, tf.ResNetConfig(layer_type="basic", depths=[3, 4, 6, 3],
+                                                 hidden_sizes=[64, 128, 256, 512]), "image", 224),
     "mobilenetv2": (tf.MobileNetV2Model, tf.MobileNetV2Config(), "image", 224),  # 1.0, 224
     # EfficientNetConfig() is B7 (600 px, width 2.0, depth 3.1); these are B0's values.
     "efficientnet-b0": (tf.EfficientNetModel, tf.EfficientNetConfig(
