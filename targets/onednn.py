@@ -869,11 +869,12 @@ def codegen(regions: list[relax.Function], _items) -> list:
 # oneDNN computes convolutions directly; TVM's own build computes 3x3 stride-1 ones by Winograd
 # (targets.conv_rewrites), with 2.25-4 times fewer multiplications. Handing oneDNN all but those
 # cuts the graph into regions with layout reorders at every cut (ResNet-50 38.6 -> 47.3 ms), so a
-# graph whose multiply-adds are mostly in them goes to TVM whole. 2-core AMD EPYC, DEFAULT against
-# TVM alone, alternated in one process (share in Winograd's convolutions): VGG-19 186.9 / 114.6
-# ms (0.75), ResNet-34 32.3 / 25.0 (0.92), ResNet-18 16.0 / 13.0 (0.83), Inception v2 19.6 / 18.8
-# (0.65); below the line, ZFNet-512 24.5 / 20.5 (0.57), Inception v1 14.3 / 15.1 (0.58),
-# ResNet-50 38.6 / 38.3 (0.37).
+# graph whose multiply-adds are mostly in them goes to TVM whole. 2-core AMD EPYC, DEFAULT with
+# oneDNN against TVM whole, alternated in one process (share in Winograd's convolutions):
+# ResNet-34 and ResNet-18 of scripts/export_models.py 31.2 / 22.5 ms (0.92) and 16.7 / 14.5
+# (0.83); onnx's light VGG-19 186.9 / 114.6 (0.75) and Inception v2 19.6 / 18.8 (0.65). Below the
+# line: ResNet-50 38.6 / 38.3 (0.37), light ZFNet-512 24.5 / 20.5 (0.57) and light Inception v1
+# 14.3 / 15.1 (0.58), which puts the line above 0.58.
 WINOGRAD_SHARE_FOR_TVM = 0.6
 
 
