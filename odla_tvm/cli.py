@@ -46,7 +46,9 @@ def info(args) -> None:
         print(f"  {name.name} (index 0): {get_device_info(device, DeviceInfo.DEV_TYPE)}, "
               f"{memory:.1f} GiB, target {device.target.name}")
         plugins = device.target.plugins
-        path = (f"{', '.join(plugins)} takes what it can, TVM compiles the rest" if plugins
+        taking = ("takes what it can but in graphs it leaves to TVM whole, as faster there"
+                  if device.target.plugins_may_decline else "takes what it can")
+        path = (f"{', '.join(plugins)} {taking}; TVM compiles the rest" if plugins
                 else "TVM compiles everything")
         missing = default_plugin_missing() if name == DeviceName.DEFAULT else None
         print(f"    path: {path}" + (f" ({DEFAULT_PLUGIN} cannot run: {missing})" if missing else ""))

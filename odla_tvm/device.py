@@ -34,11 +34,12 @@ def default_plugin_missing() -> str | None:
 
 
 def default_target() -> targets.TargetSpec:
-    """DEFAULT's target: the host CPU with DEFAULT_PLUGIN taking what it takes, else (saying
-    why, once per reason) TVM's own build, as INTEL_X86 compiles."""
+    """DEFAULT's target: the host CPU with DEFAULT_PLUGIN taking what it takes, but in graphs
+    TVM's own build runs faster (the plugin's declines), else (saying why, once per reason)
+    TVM's own build, as INTEL_X86 compiles."""
     missing = default_plugin_missing()
     if missing is None:
-        return targets.plugin_target(DEFAULT_PLUGIN)
+        return targets.plugin_target(DEFAULT_PLUGIN, may_decline=True)
     if missing not in _fallbacks_said:
         _fallbacks_said.add(missing)
         log.warning("device DEFAULT compiles with TVM alone (as INTEL_X86): %s", missing)

@@ -153,6 +153,9 @@ class Executable:
                         for i, w in enumerate(self.module.weights)],
             "bounds": {k: [list(lo), list(hi)] for k, (lo, hi) in self.bounds.items()},
             "kernel_values": self.kernel_values,
+            # the external functions main calls, linked in (vendor plugins' regions): a plugin
+            # readies the process for its regions before they first run
+            "vendor_regions": self.module.vendor_regions,
         }
 
     def to_bytes(self) -> bytes:
@@ -457,6 +460,7 @@ def executable_from_manifest(module, device: Device, manifest: dict, variables: 
     bounds = {k: (tuple(lo), tuple(hi)) for k, (lo, hi) in manifest.get("bounds", {}).items()}
     executable = Executable(module, device, args, outputs, slots, bounds)
     executable.kernel_values = manifest.get("kernel_values", {})
+    module.vendor_regions = manifest.get("vendor_regions", [])
     return executable
 
 

@@ -302,19 +302,31 @@ def _multiply_adds(call: relax.Call) -> int:
     return math.prod(output) * (per_output or 0)
 
 
-def winograd_share(func: relax.Function) -> float:
-    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in the
-    convolutions that winograd_convs computes by Winograd; 0.0 where it has none."""
+def _multiply_add_share(func: relax.Function, counted) -> float:
+    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in the calls
+    ``counted(call, lookup)`` holds true of; 0.0 where it has none."""
     values = {binding.var: binding.value for block in func.body.blocks
               for binding in block.bindings}
-    total = by_winograd = 0
+    total = in_counted = 0
     for value in values.values():
         if isinstance(value, relax.Call):
             count = _multiply_adds(value)
             total += count
-            if count and winograd_tile(value, values.get) is not None:
-                by_winograd += count
-    return by_winograd / total if total else 0.0
+            if count and counted(value, values.get):
+                in_counted += count
+    return in_counted / total if total else 0.0
+
+
+def winograd_share(func: relax.Function) -> float:
+    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in the
+    convolutions that winograd_convs computes by Winograd; 0.0 where it has none."""
+    return _multiply_add_share(func, lambda call, lookup: winograd_tile(call, lookup) is not None)
+
+
+def matmul_share(func: relax.Function) -> float:
+    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in matmuls;
+    0.0 where it has none."""
+    return _multiply_add_share(func, lambda call, _lookup: op_name(call) == "relax.matmul")
 
 
 @relax.expr_functor.mutator

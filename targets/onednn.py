@@ -29,10 +29,9 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
-from .conv_rewrites import winograd_share
+from .conv_rewrites import matmul_share, winograd_share
 from .layouts import op_name, rewrite_functions
 from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
-from .registry import default_pool_spin
 
 # oneDNN's OpenMP threads wait for the next region spinning about 0.1 ms (libgomp counts some
 # 100000 spins a millisecond), then asleep, unless the user chose a policy. Asleep at once
@@ -44,15 +43,15 @@ from .registry import default_pool_spin
 # libgomp, loaded before any of this was set.)
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-# And TVM's workers sleep as soon as their kernel ends: they yield-spin 300000 times by default,
-# which on 2 cores halved the speed of the oneDNN region that came next on their core, for
-# many runs in a row (DistilBERT 45 or 100 ms by turns; 49 ms steadily with no spin). TVM
-# reads this once, at its pool's first kernel: a process that runs only TVM's own code (never
-# imports this module) keeps targets.runtime's spin, which its back-to-back kernels want.
-# (targets.runtime's own default had made this one dead; on a 2-core AMD EPYC, DEFAULT with no
-# spin against 10,000, fresh processes in turns: BERT-base 108.6 / 109.5 against 114.4 /
-# 117.4 ms, ResNet-50 38.6 / 37.1 against 39.2 / 39.1, DistilBERT 55.8-59.2 against 59.8-61.5.)
-default_pool_spin(0)
+# And TVM's workers sleep as soon as their kernel ends in a process running oneDNN's regions
+# (PLUGIN.pool_spin): they yield-spin 300000 times by default, which on 2 cores halved the
+# speed of the oneDNN region that came next on their core, for many runs in a row (DistilBERT
+# 45 or 100 ms by turns; 49 ms steadily with no spin). On a 2-core AMD EPYC, DEFAULT with no
+# spin against 10,000, fresh processes in turns: BERT-base 108.6 / 109.5 against 114.4 / 117.4
+# ms, ResNet-50 38.6 / 37.1 against 39.2 / 39.1, DistilBERT 55.8-59.2 against 59.8-61.5. A
+# process running TVM's code alone keeps targets.runtime's spin, which its back-to-back kernels
+# want (GPT-2 left to TVM by DEFAULT: 53-58 ms so, 57-62 with no spin).
+ONEDNN_POOL_SPIN = 0
 
 CALLS_FUNCTION = "odla_onednn_calls"  # exported: how many regions oneDNN has run in the module
 PREFIX = sys.prefix  # where pip puts the onednn wheels' lib/ and include/
@@ -878,12 +877,26 @@ def codegen(regions: list[relax.Function], _items) -> list:
 WINOGRAD_SHARE_FOR_TVM = 0.6
 
 
+# TVM's own build, its matmuls fused with the elementwise ops around them, ran transformers
+# faster than oneDNN's matmuls with TVM's code between its regions. On a 2-core AMD EPYC, DEFAULT
+# leaving them to TVM against INTEL_DNNL (oneDNN), fresh processes in turns: GPT-2 53.1 / 54.1
+# / 53.4 against 59.7 / 65.6 / 57.2 ms, BERT-base 116.4 / 108.4 / 107.2 against 119.4 / 109.4 /
+# 110.1 (share in matmuls 1.00; DistilBERT 1.00, ViT-B/16 0.99); on a 2-core Xeon with AMX,
+# BERT-base 70.9 against 91.1. ConvNeXt-T (0.93) keeps oneDNN: 49.4 ms against TVM's 55.2.
+MATMUL_SHARE_FOR_TVM = 0.95
+
+
 def declines(mod: tvm.IRModule) -> str | None:
     share = winograd_share(mod["main"])
-    if share < WINOGRAD_SHARE_FOR_TVM:
-        return None
-    return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "
-            f"Winograd (oneDNN computes them directly; the line is {WINOGRAD_SHARE_FOR_TVM:.0%})")
+    if share >= WINOGRAD_SHARE_FOR_TVM:
+        return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "
+                f"Winograd (oneDNN computes them directly; the line is "
+                f"{WINOGRAD_SHARE_FOR_TVM:.0%})")
+    share = matmul_share(mod["main"])
+    if share >= MATMUL_SHARE_FOR_TVM:
+        return (f"{share:.0%} of its multiply-adds are in matmuls, which TVM's build runs "
+                f"faster with the ops between them (the line is {MATMUL_SHARE_FOR_TVM:.0%})")
+    return None
 
 
 PLUGIN = VendorPlugin(
@@ -900,4 +913,5 @@ PLUGIN = VendorPlugin(
     check_item=check_item,
     prepare=prepare,
     declines=declines,
+    pool_spin=ONEDNN_POOL_SPIN,
 )

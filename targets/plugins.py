@@ -92,8 +92,13 @@ class VendorPlugin:
     # A rewrite of the whole module before partitioning (a layout change, say), given the
     # items as ``patterns`` is, or None.
     prepare: Callable[[tvm.IRModule, Mapping[str, object]], tvm.IRModule] | None = None
-    # Why it leaves a whole graph to TVM's own code, which runs that graph faster, or None.
+    # Why it leaves a whole graph to TVM's own code, which runs that graph faster, or None;
+    # asked on targets that let it (TargetSpec.plugins_may_decline).
     declines: Callable[[tvm.IRModule], str | None] = lambda _mod: None
+    # How many times TVM's idle pool workers poll for the next kernel in a process running its
+    # regions (registry.default_pool_spin), or None for targets.runtime's; set when a module
+    # with its regions is built or first run (targets.runtime), before the pool starts.
+    pool_spin: int | None = None
 
 
 _PLUGINS: dict[str, VendorPlugin] = {}
@@ -144,17 +149,18 @@ def available_plugins() -> list[VendorPlugin]:
     return [_PLUGINS[n] for n in sorted(_PLUGINS)]
 
 
-def partition(mod: tvm.IRModule, plugin: VendorPlugin,
-              items: Mapping[str, object] | None = None) -> tvm.IRModule:
+def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, object] | None = None,
+              may_decline: bool = False) -> tvm.IRModule:
     """``mod`` with what ``plugin`` takes compiled by its codegen (kept in the module's
     external_mods, called with call_dps_packed) and the rest left for TVM. ``items``: the
-    computation's items named "<plugin>.<item>" (others are ignored)."""
+    computation's items named "<plugin>.<item>" (others are ignored). ``may_decline``: the
+    plugin may leave the graph to TVM whole (VendorPlugin.declines)."""
     plugin.check_available()
     unpartitionable = _unpartitionable(mod)
     if unpartitionable is not None:
         log.info("the %s plugin leaves this graph to TVM: it has %s", plugin.name, unpartitionable)
         return mod
-    declined = plugin.declines(mod)
+    declined = plugin.declines(mod) if may_decline else None
     if declined is not None:
         log.info("the %s plugin leaves this graph to TVM: %s", plugin.name, declined)
         return mod

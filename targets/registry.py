@@ -39,6 +39,10 @@ class TargetSpec:
     schedules: tuple[str, ...] = ("database",)  # keys of SCHEDULE_SOURCES
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags the generated code needs
     plugins: tuple[str, ...] = ()  # vendor plugins (targets.plugins) that take their patterns first
+    # Whether a plugin may leave a graph to TVM whole where TVM's build runs it faster
+    # (VendorPlugin.declines): DEFAULT's target, the fast path, does; a device named for a plugin
+    # (INTEL_DNNL) wants that plugin, and its target does not.
+    plugins_may_decline: bool = False
     # Tuned builds only (see targets.layouts): op -> operand layouts its kernels use, and whether
     # a tuned kernel may lay out its constant weights as its schedule reads them (at compile time),
     # and whether convolutions are rewritten for vector units (targets.conv_rewrites).
@@ -81,7 +85,10 @@ class TargetSpec:
     @cached_property
     def _key(self) -> str:
         key = str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs
-        return f"{key} plugins={','.join(self.plugins)}" if self.plugins else key
+        if not self.plugins:
+            return key
+        return f"{key} plugins={','.join(self.plugins)}" + \
+            (" where-faster" if self.plugins_may_decline else "")
 
 
 _TARGETS: dict[str, TargetSpec] = {}
@@ -103,8 +110,10 @@ def get_target(name: str) -> TargetSpec:
         register_target(remote_cpu(name))
     if name not in _TARGETS and name.startswith(_PLUGIN_TARGET_PREFIX):
         from .plugins import get_plugin
+        plugin = name[len(_PLUGIN_TARGET_PREFIX):]
         try:
-            plugin_target(get_plugin(name[len(_PLUGIN_TARGET_PREFIX):]).name)
+            plugin_target(get_plugin(plugin.removesuffix(_MAY_DECLINE_SUFFIX)).name,
+                          may_decline=plugin.endswith(_MAY_DECLINE_SUFFIX))
         except KeyError:
             pass
     if name not in _TARGETS:
@@ -179,16 +188,22 @@ def host_cpu() -> TargetSpec:
 
 
 _PLUGIN_TARGET_PREFIX = "host-cpu-"
+_MAY_DECLINE_SUFFIX = "-auto"
 
 
-def plugin_target(plugin: str) -> TargetSpec:
+def plugin_target(plugin: str, may_decline: bool = False) -> TargetSpec:
     """The host CPU with vendor plugin ``plugin`` taking its patterns first (named
-    host-cpu-<plugin>), registered on first use."""
-    name = _PLUGIN_TARGET_PREFIX + plugin
+    host-cpu-<plugin>), registered on first use; with ``may_decline``, only in the graphs that
+    it does not leave to TVM whole as faster there (named host-cpu-<plugin>-auto)."""
+    name = _PLUGIN_TARGET_PREFIX + plugin + (_MAY_DECLINE_SUFFIX if may_decline else "")
     if name not in _TARGETS:
         host = host_cpu()
+        taking = ("taking what it can but in graphs TVM alone runs faster" if may_decline
+                  else "taking what it can")
         register_target(replace(host, name=name, plugins=(plugin,),
-                                description=f"{host.description}, with the {plugin} plugin"))
+                                plugins_may_decline=may_decline,
+                                description=f"{host.description}, with the {plugin} plugin "
+                                            f"{taking}"))
     return _TARGETS[name]
 
 

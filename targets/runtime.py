@@ -40,8 +40,8 @@ os.environ.setdefault("TVM_NUM_THREADS", str(cpu_count()))
 # Its idle workers poll for the next kernel 300,000 times (sched_yield) before they sleep:
 # after every run a process kept a core busy for ~150 ms, taken from whatever ran next on the
 # machine. 10,000 polls (~5 ms) still span the microseconds between a run's kernels (ResNet-50,
-# DistilBERT, MobileNetV2: no change in latency). A process handing work to oneDNN polls none
-# (targets.onednn).
+# DistilBERT, MobileNetV2: no change in latency). A process running oneDNN's regions polls
+# none (VendorPlugin.pool_spin).
 default_pool_spin(10000)
 
 
@@ -215,6 +215,8 @@ class CompiledModule:
                     f"{os.uname().machine} machine; export it and run it on the device"
                 )
             self._device = self.spec.tvm_device(self.device_index)
+            if self.vendor_regions:
+                _ready_to_run_plugins(self.spec)
             if self._needs_vendor_library():
                 self.runtime_library = self._vendor_library()
                 self._vm = _vm_calling(self.library, self._device, self.runtime_library,
@@ -734,8 +736,21 @@ def _kernel_passes(spec: TargetSpec, weight_files: WeightFiles | None = None) ->
 def _partitioned(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None) -> tvm.IRModule:
     """``mod`` with what the target's vendor plugins take compiled by them."""
     for name in spec.plugins:
-        mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name), plugin_items)
+        mod = vendor_plugins.partition(mod, vendor_plugins.get_plugin(name), plugin_items,
+                                       may_decline=spec.plugins_may_decline)
+    if vendor_plugins.offloaded_regions(mod):
+        _ready_to_run_plugins(spec)  # compiling may run kernels, which starts TVM's pool
     return mod
+
+
+def _ready_to_run_plugins(spec: TargetSpec) -> None:
+    """Readies this process for running the regions of the target's plugins: TVM's pool polls
+    as they want (VendorPlugin.pool_spin), unless the user chose otherwise or the pool has
+    started (it reads this once, at its first kernel)."""
+    for name in spec.plugins:
+        spin = vendor_plugins.get_plugin(name).pool_spin
+        if spin is not None:
+            default_pool_spin(spin)
 
 
 def fused_kernels(mod: tvm.IRModule, spec: TargetSpec, plugin_items=None,

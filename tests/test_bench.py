@@ -55,7 +55,7 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     cached = result.paths["cached"]
     assert cached.error == "" and cached.match
     assert 0 < cached.load_s < result.paths["default"].load_s
-    assert result.paths["default"].target == "host-cpu-onednn"
+    assert result.paths["default"].target == "host-cpu-onednn-auto"
     assert result.paths["tvm"].target == "host-cpu"
     # Each path's RSS is its own process's: onnxruntime's never imported TVM (~230 MB).
     assert result.paths["onnxruntime"].peak_rss_mb < result.paths["tvm"].peak_rss_mb
@@ -145,7 +145,7 @@ def test_the_slow_path_is_timed_on_a_small_budget():
 
 def _row(name, default, tvm, ort, openvino=None, **paths):
     result = ModelResult(name, f"{name}.onnx", {
-        "default": PathResult(default, 5, 1.5, 900, True, "host-cpu-onednn",
+        "default": PathResult(default, 5, 1.5, 900, True, "host-cpu-onednn-auto",
                               checks_s=default / 100),
         "tvm": PathResult(tvm, 3, 1.2, 850, True, "host-cpu"),
         "onnxruntime": PathResult(ort, 5, 0.2, 120),

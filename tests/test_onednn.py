@@ -23,7 +23,7 @@ from odla_tvm import MemoryLayout as L
 from odla_tvm import ValueType as VT
 from odla_tvm.frontends.onnx import import_model
 from targets import onednn
-from targets.conv_rewrites import winograd_share
+from targets.conv_rewrites import matmul_share, winograd_share
 
 import reference as ref
 
@@ -760,7 +760,7 @@ def test_the_vm_runs_the_in_memory_build_calling_only_the_vendor_parts_linked():
 
     comp = odla.create_computation()
     build()
-    exe = odla.compile_computation(comp, odla.allocate_device(device_name=DeviceName.DEFAULT))
+    exe = odla.compile_computation(comp, odla.allocate_device(device_name=DeviceName.INTEL_DNNL))
     (region,) = exe.module.vendor_regions
     # A global function of the region's name, which lending the region to the VM must keep.
     before = tvm_ffi.get_global_func(region, allow_missing=True)
@@ -978,14 +978,14 @@ def _bert_block(path, rng, seq, hidden, heads):
 
 @needs_onednn
 @pytest.mark.parametrize("seq, hidden, heads", [(12, 32, 4), (7, 48, 3)])
-def test_bert_like_block_runs_on_onednn_by_default_and_matches_onnxruntime(
-        tmp_path, seq, hidden, heads):
+def test_bert_like_block_runs_on_onednn_and_matches_onnxruntime(tmp_path, seq, hidden, heads):
     """Attention (Q.K^T and P.V on computed operands, the mask and softmax), layer norms and
-    the GELU MLP all go to oneDNN on the DEFAULT device; reshapes and transposes stay with
-    TVM."""
+    the GELU MLP all go to oneDNN on the INTEL_DNNL device (DEFAULT leaves such a graph of
+    matmuls to TVM); reshapes and transposes stay with TVM."""
     rng = np.random.default_rng(seq)
     path = _bert_block(tmp_path / "block.onnx", rng, seq, hidden, heads)
-    session = _against_onnxruntime(path, {"x": _randn(rng, 1, seq, hidden)})
+    session = _against_onnxruntime(path, {"x": _randn(rng, 1, seq, hidden)},
+                                   DeviceName.INTEL_DNNL)
     regions = session.executable.module.vendor_regions
     assert _oneDNN_calls(session.executable) == len(regions) >= 1
     taken = " ".join(regions)
@@ -1116,8 +1116,14 @@ def test_default_device_without_onednn_falls_back_to_tvm_saying_why(monkeypatch,
 
 @needs_onednn
 def test_default_device_is_onednn_where_it_runs():
+    """DEFAULT and INTEL_DNNL hand oneDNN what it takes; DEFAULT not in a graph oneDNN leaves
+    to TVM as faster there, so their builds (and engines) differ."""
     device = odla.allocate_device()
-    assert device.target.plugins == ("onednn",)
+    assert device.target.plugins == ("onednn",) and device.target.plugins_may_decline
+    named = odla.allocate_device(device_name=DeviceName.INTEL_DNNL).target
+    assert named.plugins == ("onednn",) and not named.plugins_may_decline
+    assert named.key() != device.target.key() and named.name != device.target.name
+    assert targets.get_target(device.target.name) == device.target
     assert odla.allocate_device(device_name=DeviceName.INTEL_X86).target.plugins == ()
 
 
@@ -1303,4 +1309,55 @@ def test_a_graph_mostly_of_winograd_convolutions_is_left_to_tvm(kernels, expecte
         assert not exe.module.vendor_regions  # nothing of oneDNN's linked or called
     declined = f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes"
     assert (declined in caplog.text) == (onednn_calls == 0), caplog.text
+    odla.destroy_computation(comp)
+
+
+def _matmul_chain(widths):
+    """Matmuls (each a gemm with a constant weight, ReLU between) of an 8 x widths[0] input
+    through widths[1:]: the build function and a NumPy reference."""
+    rng = np.random.default_rng(len(widths))
+    weights = [_randn(rng, k, n, scale=k ** -0.5) for k, n in zip(widths, widths[1:])]
+
+    def build():
+        y = odla.create_argument(VT(E.FLOAT32, (8, widths[0])), "x")
+        for index, w in enumerate(weights):
+            y = odla.gemm(y, False, _constant(w), False, 1.0, 0.0)
+            y = odla.relu(y) if index < len(weights) - 1 else y
+        odla.set_value_as_output(y)
+
+    def reference(x):
+        for index, w in enumerate(weights):
+            x = x @ w
+            x = np.maximum(x, 0) if index < len(weights) - 1 else x
+        return x
+
+    return build, reference
+
+
+@needs_onednn
+@pytest.mark.parametrize("device_name", [DeviceName.DEFAULT, DeviceName.INTEL_DNNL])
+def test_a_graph_mostly_of_matmuls_is_left_to_tvm_by_default_only(device_name, caplog):
+    """TVM's own build runs transformers faster: DEFAULT leaves a graph whose multiply-adds
+    are 95% or more in matmuls to TVM whole, saying why, where INTEL_DNNL (a device named for
+    oneDNN) keeps oneDNN; so it does for a graph mostly of Winograd's convolutions. All
+    match NumPy."""
+    build, reference = _matmul_chain((64, 128, 32))
+    comp = odla.create_computation()
+    build()
+    assert matmul_share(comp.build_module()["main"]) == 1.0
+    x = _randn(np.random.default_rng(2), 8, 64)
+    with caplog.at_level(logging.INFO, logger="targets.plugins"):
+        exe = odla.compile_computation(comp, odla.allocate_device(device_name=device_name))
+    (out,) = odla.Session(exe).run({"x": x})
+    np.testing.assert_allclose(out, reference(x), rtol=RTOL, atol=1e-4)
+    declined = "100% of its multiply-adds are in matmuls, which TVM's build runs faster"
+    if device_name == DeviceName.DEFAULT:
+        assert not exe.module.vendor_regions and declined in caplog.text, caplog.text
+    else:
+        assert _oneDNN_calls(exe) == 1 and "leaves this graph" not in caplog.text
+        build, reference = _conv_stack((32, 32, 32, 32), (3, 3, 1), 16)
+        x = _randn(np.random.default_rng(1), 1, 32, 16, 16)
+        exe, (out,) = _run(build, {"x": x}, device_name)
+        assert _oneDNN_calls(exe) >= 1
+        np.testing.assert_allclose(out, reference(x), rtol=RTOL, atol=1e-4)
     odla.destroy_computation(comp)

@@ -212,28 +212,63 @@ def test_the_thread_pool_sleeps_soon_after_a_run_unless_told_otherwise():
     assert _cpu_seconds_after_a_run({**env, "TVM_THREAD_POOL_SPIN_COUNT": "300000"}) > 0.03
 
 
-def _pool_spin_after(devices: list[str], env: dict) -> list[str]:
-    """TVM_THREAD_POOL_SPIN_COUNT in a new process after allocating each of ``devices``."""
-    script = textwrap.dedent(f"""
-        import os
-        import odla_tvm as odla
-        for name in {devices!r}:
-            odla.allocate_device(device_name=odla.DeviceName[name])
-            print(os.environ["TVM_THREAD_POOL_SPIN_COUNT"])
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.split()
+_POOL_SPIN_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import odla_tvm as odla
+    from odla_tvm import ElementType as E, MemoryLayout as L, ValueType as VT
+
+    def spin():
+        print(os.environ["TVM_THREAD_POOL_SPIN_COUNT"])
+
+    def compiled(build):
+        comp = odla.create_computation()
+        x = odla.create_argument(VT(E.FLOAT32, (1, 8, 4, 4)), "x")
+        odla.set_value_as_output(build(x))
+        return odla.compile_computation(comp, odla.allocate_device())
+
+    def run(exe):
+        odla.Session(exe).run({"x": np.ones((1, 8, 4, 4), np.float32)})
+
+    ones = lambda *shape: odla.create_constant(VT(E.FLOAT32, shape), np.ones(shape, np.float32))
+    if sys.argv[1] == "load":
+        run(odla.load_executable(sys.argv[2]))
+        spin()
+    else:
+        spin()
+        matmul = compiled(lambda x: odla.gemm(odla.reshape(x, (8, 16)), False, ones(16, 16),
+                                              False, 1.0, 0.0))
+        run(matmul)
+        spin()
+        conv = compiled(lambda x: odla.conv(x, L.CHANNELS_FIRST, 1, ones(8, 8, 1, 1), L.OIS,
+                                            (1, 1), (1, 1), (0, 0), (0, 0)))
+        assert conv.module.vendor_regions
+        spin()
+        odla.store_executable(sys.argv[2], conv)
+""")
+
+
+def _pool_spin(env: dict, path) -> list[str]:
+    """TVM_THREAD_POOL_SPIN_COUNT in a new process: at first, after DEFAULT compiled and ran a
+    matmul (left to TVM) and after it compiled a convolution (taken by oneDNN), stored at
+    ``path``; then in another new process after loading and running that convolution."""
+    spins = []
+    for step in ("compile", "load"):
+        done = subprocess.run([sys.executable, "-c", _POOL_SPIN_SCRIPT, step, str(path)],
+                              capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        spins += done.stdout.split()
+    return spins
 
 
 @pytest.mark.skipif(default_plugin_missing() is not None, reason="DEFAULT has no oneDNN here")
-def test_the_default_devices_thread_pool_does_not_spin_unless_told_otherwise():
-    """A process that hands work to oneDNN runs TVM's pool without polling for the next kernel
-    (its polls slowed the oneDNN region after it; targets.onednn), one that runs TVM's code
-    alone polls 10,000 times; a user's TVM_THREAD_POOL_SPIN_COUNT stands in both. The default
-    for pure TVM had made oneDNN's dead: DEFAULT polled too."""
+def test_the_thread_pool_spins_as_what_runs_wants_unless_told_otherwise(tmp_path):
+    """A process that runs oneDNN's regions runs TVM's pool without polling for the next
+    kernel (its polls slowed the oneDNN region after it; targets.onednn), one that runs TVM's
+    code alone polls 10,000 times (a graph DEFAULT leaves to TVM among them: no spin had
+    slowed it), whether it compiles the module or loads it; a user's
+    TVM_THREAD_POOL_SPIN_COUNT stands in all."""
     env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
-    assert _pool_spin_after(["INTEL_X86", "DEFAULT"], env) == ["10000", "0"]
-    assert _pool_spin_after(["INTEL_X86", "DEFAULT"],
-                            {**env, "TVM_THREAD_POOL_SPIN_COUNT": "300000"}) == ["300000"] * 2
+    assert _pool_spin(env, tmp_path / "a.odla") == ["10000", "10000", "0", "0"]
+    assert _pool_spin({**env, "TVM_THREAD_POOL_SPIN_COUNT": "300000"},
+                      tmp_path / "b.odla") == ["300000"] * 4
