@@ -868,13 +868,16 @@ def codegen(regions: list[relax.Function], _items) -> list:
 # oneDNN computes convolutions directly; TVM's own build computes 3x3 stride-1 ones by Winograd
 # (targets.conv_rewrites), with 2.25-4 times fewer multiplications. Handing oneDNN all but those
 # cuts the graph into regions with layout reorders at every cut (ResNet-50 38.6 -> 47.3 ms), so a
-# graph whose multiply-adds are mostly in them goes to TVM whole. 2-core AMD EPYC, DEFAULT with
-# oneDNN against TVM whole, alternated in one process (share in Winograd's convolutions):
+# graph with enough of its multiply-adds in them goes to TVM whole. 2-core AMD EPYC, DEFAULT with
+# oneDNN against TVM whole (share in Winograd's convolutions), alternated in one process:
 # ResNet-34 and ResNet-18 of scripts/export_models.py 31.2 / 22.5 ms (0.92) and 16.7 / 14.5
-# (0.83); onnx's light VGG-19 186.9 / 114.6 (0.75) and Inception v2 19.6 / 18.8 (0.65). Below the
-# line: ResNet-50 38.6 / 38.3 (0.37), light ZFNet-512 24.5 / 20.5 (0.57) and light Inception v1
-# 14.3 / 15.1 (0.58), which puts the line above 0.58.
-WINOGRAD_SHARE_FOR_TVM = 0.6
+# (0.83); onnx's light VGG-19 186.9 / 114.6 (0.75) and Inception v2 19.6 / 18.8 (0.65). In fresh
+# processes in turns, where TVM alone polls for its next kernel (VendorPlugin.pool_spin):
+# ResNet-50 38.7 / 37.0 / 37.5 against 36.3 / 35.7 / 35.1 (0.37); light ZFNet-512 23.8 / 25.0
+# against 16.7 / 20.3 (0.57), Inception v1 13.6 / 14.0 against 16.6 / 13.4 (0.58), SqueezeNet
+# 3.6 / 5.4 against 3.8 / 3.9 (0.38), DenseNet-121 38.3 / 37.7 against 39.8 / 39.1 (0.43); light
+# AlexNet (0.19), 14.5 / 14.3 against 10.3 / 12.4, stays below the line all the same.
+WINOGRAD_SHARE_FOR_TVM = 0.35
 
 
 # TVM's own build, its matmuls fused with the elementwise ops around them, ran transformers
