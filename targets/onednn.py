@@ -884,8 +884,9 @@ WINOGRAD_SHARE_FOR_TVM = 0.35
 # faster than oneDNN's matmuls with TVM's code between its regions. On a 2-core AMD EPYC, DEFAULT
 # leaving them to TVM against INTEL_DNNL (oneDNN), fresh processes in turns: GPT-2 53.1 / 54.1
 # / 53.4 against 59.7 / 65.6 / 57.2 ms, BERT-base 116.4 / 108.4 / 107.2 against 119.4 / 109.4 /
-# 110.1 (share in matmuls 1.00; DistilBERT 1.00, ViT-B/16 0.99); on a 2-core Xeon with AMX,
-# BERT-base 70.9 against 91.1. ConvNeXt-T (0.93) keeps oneDNN: 49.4 ms against TVM's 55.2.
+# 110.1 (share in matmuls 1.00; DistilBERT 1.00, ViT-B/16 0.99); and docs/perf.md's bench of a
+# 2-core Xeon with AMX, before this rule, had BERT-base on TVM alone at 70.9 ms, on DEFAULT at
+# 91.1. ConvNeXt-T (0.93) keeps oneDNN: 49.4 ms against TVM's 55.2 (odla-tvm bench, AMD EPYC).
 MATMUL_SHARE_FOR_TVM = 0.95
 
 
