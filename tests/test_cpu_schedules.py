@@ -358,6 +358,63 @@ def test_batch_matmul_of_odd_extents_is_padded_to_whole_tiles(b, m, k, n, padded
     check(mod, [x, y], [np.matmul(x, y) * np.float32(0.125) + s], rtol=1e-4)
 
 
+def _tail_kernel(lane_index: str):
+    """y = 2 x over 12 rows of 37 in parallel, each row in vectors of 16, the last one
+    guarded (the guard a split by 16 makes), the "falling" kernel's elements 0 to 10 too."""
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def kernel(x: T.Buffer((12, 37), "float32"), y: T.Buffer((12, 37), "float32")):
+        T.func_attr({"global_symbol": "kernel", "tirx.noalias": True})
+        for r in T.parallel(12):
+            for o in range(3):
+                for i in T.vectorized(16):
+                    with T.sblock("double"):
+                        vr = T.axis.spatial(12, r)
+                        v = T.axis.spatial(37, o * 16 + i)
+                        T.where(o * 16 + i < 37 and (lane_index == "rising"
+                                                     or 47 - o * 16 - i < 37))
+                        y[vr, v] = x[vr, v] * T.float32(2)
+    return kernel
+
+
+def _vector_stores(func) -> int:
+    """How many stores of whole float32 vectors of 16 ``func``'s LLVM code has."""
+    library = tvm.compile(tvm.IRModule({"kernel": func}), target=HOST.tvm_target())
+    return library.mod.inspect_source("ll").count("store <16 x float>")
+
+
+@pytest.mark.skipif(cs.vector_lanes(HOST.tvm_target(), "float32") < 16,
+                    reason="the kernels' vectors are AVX-512's")
+@pytest.mark.parametrize("lane_index", ["rising", "falling"])
+def test_a_guarded_vector_loop_runs_its_whole_vectors_unguarded(lane_index):
+    """targets.vector_tails: TVM's vectorizer scalarizes a loop whose guard differs by lane,
+    every vector of it; the pass runs the loop as whole vectors where its last lane meets the
+    guard (every lane does, the guard's index rising with the lane) and as it was otherwise.
+    A guard it cannot bound by the last lane is left alone."""
+    from targets.vector_tails import whole_vectors
+
+    kernel = _tail_kernel(lane_index)
+    split = whole_vectors(tvm.IRModule({"kernel": kernel}))["kernel"]
+    branches = []
+    tvm_ffi.structural_walk(split.body, (tvm.tirx.IfThenElse, branches.append), order="post")
+    x = data((12, 37))
+    if lane_index == "rising":
+        (branch,) = branches
+        assert branch.then_case.kind == tvm.tirx.ForKind.VECTORIZED
+        assert int(branch.then_case.body.predicate) == 1  # the whole vectors: no guard
+        assert "T.where" in branch.else_case.script()  # the tail, as it was
+        assert _vector_stores(split) > _vector_stores(kernel)
+        want = 2 * x
+    else:
+        assert not branches and split.same_as(kernel)
+        want = np.where(np.arange(37) > 10, 2 * x, 0)
+    library = tvm.compile(tvm.IRModule({"kernel": split}), target=HOST.tvm_target())
+    got = tvm.runtime.tensor(np.zeros((12, 37), np.float32))
+    library["kernel"](tvm.runtime.tensor(x), got)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_a_matmul_tvm_refuses_to_pad_keeps_its_guarded_tail(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise tvm.error.TVMError("pad_einsum refused")
