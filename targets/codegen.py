@@ -9,6 +9,14 @@ generation, and the objects are written in a pool too; the libraries are the sam
 linked into one shared library as TVM's are. A few groups, not one per kernel: a library run
 in memory is compiled again, by LLVM's JIT, one instance per library (pure-TVM DenseNet-121,
 a library per kernel: 110 MB more and 1.2 s slower to its first run).
+
+The kernels' register tiles stay on the stack, which LLVM turns into registers: TVM's
+lowering gives a local buffer of 1 KB or more (a matmul's tile of 8 rows by 3 vectors of 16
+accumulators: 1.5 KB) memory from its workspace pool, a call to take and one to give back for
+every tile, and the tile lives in that memory. On a 2-core AMD EPYC, pure-TVM builds before
+and after, alternated in one process (medians): ResNet-50 34.1 -> 31.4 ms, MobileNetV2 4.55 ->
+3.70, BERT-base 116.8 -> 110.8, GPT-2 57.4 -> 55.3, ViT-B/16 197.6 -> 191.5; ViT's 197 x 768 by
+3072 matmul alone 4.33 -> 4.14.
 """
 from __future__ import annotations
 
@@ -18,7 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tvm
-from tvm import relax
+import tvm_ffi
+from tvm import relax, tirx
+from tvm.s_tir.pipeline import default_s_tir_pipeline
+from tvm.tirx.compilation_pipeline import register_tir_pipeline
 from tvm_ffi import libinfo as tvm_ffi_libinfo
 
 from .registry import cpu_count
@@ -32,6 +43,46 @@ _LIBRARY_BIN = "__tvm_ffi__library_bin"
 _SOURCE_FORMATS = ("c", "cc", "cpp", "cu")
 
 
+# Local buffers up to this size are stack memory (TVM's own line is 1 KB; a pool thread's stack
+# is the process's default, 8 MB on Linux).
+_STACK_LOCAL_MAX_BYTES = 16 << 10
+
+
+def _on_stack(alloc: tirx.AllocBuffer) -> tirx.AllocBuffer:
+    buffer = alloc.buffer
+    if buffer.scope() != "local" or not all(isinstance(d, tirx.IntImm) for d in buffer.shape):
+        return alloc
+    dtype = tvm.DataType(str(buffer.dtype))
+    nbytes = int(np.prod([int(d) for d in buffer.shape])) * dtype.bits * dtype.lanes // 8
+    if nbytes > _STACK_LOCAL_MAX_BYTES:
+        return alloc
+    # TVM's LowerTVMBuiltin leaves an allocation so annotated as it is: an LLVM alloca.
+    return tirx.AllocBuffer(buffer, {**alloc.annotations,
+                                     "disable_lower_builtin": tirx.IntImm("int32", 1)})
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="StackLocals")
+def _stack_locals(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.AllocBuffer, _on_stack),
+                                                 order="post"))
+
+
+def _cpu_pipeline():
+    """TVM's default TIR pipeline, the host's finalizing passes after _stack_locals."""
+    pipeline, host_passes, device_passes = default_s_tir_pipeline()
+    return pipeline, lambda: tvm.transform.Sequential([_stack_locals, host_passes()]), \
+        device_passes
+
+
+_PIPELINE = "odla-tvm-cpu"
+register_tir_pipeline(_PIPELINE, _cpu_pipeline)
+
+
+def build_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
+    """``mod``'s kernels (TIR) compiled for ``target`` as every build here compiles them."""
+    return tvm.tirx.build(mod, target=target, pipeline=_PIPELINE)
+
+
 # Groups per core: enough that a few slow kernels (Winograd's) do not leave a core idle.
 _GROUPS_PER_CORE = 4
 
@@ -43,7 +94,7 @@ def _kernel_library(kernels: dict, attrs, target: tvm.target.Target,
     with tvm.transform.PassContext(opt_level=context.opt_level, config=dict(context.config),
                                    required_pass=list(context.required_pass),
                                    disabled_pass=list(context.disabled_pass)), target:
-        return tvm.tirx.build(tvm.IRModule(kernels, attrs=attrs), target=target)
+        return build_kernels(tvm.IRModule(kernels, attrs=attrs), target)
 
 
 def build(mod: tvm.IRModule, target: tvm.target.Target) -> relax.VMExecutable:

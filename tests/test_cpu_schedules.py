@@ -251,6 +251,28 @@ def test_matmul_with_constant_weights_bias_and_relu(m, k, n):
     check(mod, [x], [np.maximum(x @ w + bias, 0)], "Contraction" if k > 1 else None, rtol=1e-4)
 
 
+@pytest.mark.skipif(cs.vector_lanes(HOST.tvm_target(), "float32") < 16,
+                    reason="a tile of 1 KB or more takes AVX-512's vectors")
+@pytest.mark.parametrize("stack_max", [16 << 10, 1 << 10])
+def test_register_tiles_stay_on_the_stack(monkeypatch, stack_max):
+    """A matmul's tile of 8 rows by 3 vectors of 16 accumulators (1.5 KB): TVM's lowering takes
+    a local buffer of 1 KB or more from its workspace pool, once per tile; targets.codegen
+    keeps local buffers up to its line on the stack (LLVM's registers), and the workspace
+    takes those above it."""
+    from targets import codegen
+
+    monkeypatch.setattr(codegen, "_STACK_LOCAL_MAX_BYTES", stack_max)
+    x, w = data((128, 64)), data((64, 96))
+    mod = relax_module({"x": ((128, 64), "float32")},
+                       lambda v: relax.op.matmul(v, const(w)))
+    module = compile_module(mod, HOST)
+    code = "".join(m.inspect_source("ll") for m in module.library.mod.imports)
+    workspace = code.count("@__TVMBackendAllocWorkspace, align")
+    assert (workspace == 0) == (stack_max > 1536), workspace
+    (got,) = module.run([x])
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
 @pytest.mark.parametrize("b,m,k,n", [(1, 1, 1, 2), (3, 17, 8, 24), (2, 5, 64, 64), (12, 16, 8, 16)])
 def test_batch_matmul_of_two_inputs(b, m, k, n, dtype):
