@@ -76,6 +76,9 @@ def _cpu_pipeline():
 
 _PIPELINE = "odla-tvm-cpu"
 register_tir_pipeline(_PIPELINE, _cpu_pipeline)
+# How kernels are compiled here, which a kernel's measured time depends on as much as on its
+# schedule (targets.tuning keeps it with the default schedules' times).
+KERNEL_CODEGEN = f"{_PIPELINE}, local buffers of up to {_STACK_LOCAL_MAX_BYTES} bytes on the stack"
 
 
 def build_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:

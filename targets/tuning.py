@@ -459,9 +459,11 @@ def _default_scheduled_copy(workload: tvm.IRModule, spec: TargetSpec) -> tvm.IRM
 
 def default_schedule_digest(workload: tvm.IRModule, spec: TargetSpec) -> str:
     """Which schedule the target's default rules give a kernel (a structural hash of the
-    scheduled kernel): the tuning database keeps the one each kernel's default time was
-    measured for, so that a change of the rules (another odla-tvm) is seen."""
-    return str(tvm_ffi.structural_hash(_default_scheduled_copy(workload, spec)))
+    scheduled kernel), and how it is compiled (targets.codegen): the tuning database keeps
+    the one each kernel's default time was measured for, so that a change of either (another
+    odla-tvm) is seen."""
+    scheduled = tvm_ffi.structural_hash(_default_scheduled_copy(workload, spec))
+    return f"{scheduled} ({codegen.KERNEL_CODEGEN})"
 
 
 def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
