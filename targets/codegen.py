@@ -10,13 +10,15 @@ linked into one shared library as TVM's are. A few groups, not one per kernel: a
 in memory is compiled again, by LLVM's JIT, one instance per library (pure-TVM DenseNet-121,
 a library per kernel: 110 MB more and 1.2 s slower to its first run).
 
-The kernels' register tiles stay on the stack, which LLVM turns into registers: TVM's
-lowering gives a local buffer of 1 KB or more (a matmul's tile of 8 rows by 3 vectors of 16
-accumulators: 1.5 KB) memory from its workspace pool, a call to take and one to give back for
-every tile, and the tile lives in that memory. On a 2-core AMD EPYC, pure-TVM builds before
-and after, alternated in one process (medians): ResNet-50 34.1 -> 31.4 ms, MobileNetV2 4.55 ->
-3.70, BERT-base 116.8 -> 110.8, GPT-2 57.4 -> 55.3, ViT-B/16 197.6 -> 191.5; ViT's 197 x 768 by
-3072 matmul alone 4.33 -> 4.14.
+CPU kernels compile through TVM's default TIR pipeline with two passes more. Before it, their
+guarded vector loops run their whole vectors unguarded (targets.vector_tails). Before the
+host's finalizing passes, their register tiles stay on the stack, which LLVM turns into
+registers: TVM's lowering gives a local buffer of 1 KB or more (a matmul's tile of 8 rows by 3
+vectors of 16 accumulators: 1.5 KB) memory from its workspace pool, a call to take and one to
+give back for every tile, and the tile lives in that memory. On a 2-core AMD EPYC, pure-TVM
+builds before and after, alternated in one process (medians): ResNet-50 34.1 -> 31.4 ms,
+MobileNetV2 4.55 -> 3.70, BERT-base 116.8 -> 110.8, GPT-2 57.4 -> 55.3, ViT-B/16 197.6 -> 191.5;
+ViT's 197 x 768 by 3072 matmul alone 4.33 -> 4.14.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from tvm.tirx.compilation_pipeline import register_tir_pipeline
 from tvm_ffi import libinfo as tvm_ffi_libinfo
 
 from .registry import cpu_count
+from .vector_tails import whole_vectors
 
 _vm_codegen = tvm.get_global_func("relax.VMCodeGen")
 _vm_link = tvm.get_global_func("relax.VMLink")
@@ -68,22 +71,26 @@ def _stack_locals(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:
 
 
 def _cpu_pipeline():
-    """TVM's default TIR pipeline, the host's finalizing passes after _stack_locals."""
+    """TVM's default TIR pipeline after whole_vectors, the host's finalizing passes after
+    _stack_locals."""
     pipeline, host_passes, device_passes = default_s_tir_pipeline()
-    return pipeline, lambda: tvm.transform.Sequential([_stack_locals, host_passes()]), \
-        device_passes
+    return tvm.transform.Sequential([whole_vectors, pipeline]), \
+        lambda: tvm.transform.Sequential([_stack_locals, host_passes()]), device_passes
 
 
 _PIPELINE = "odla-tvm-cpu"
 register_tir_pipeline(_PIPELINE, _cpu_pipeline)
 # How kernels are compiled here, which a kernel's measured time depends on as much as on its
 # schedule (targets.tuning keeps it with the default schedules' times).
-KERNEL_CODEGEN = f"{_PIPELINE}, local buffers of up to {_STACK_LOCAL_MAX_BYTES} bytes on the stack"
+KERNEL_CODEGEN = (f"{_PIPELINE}: guarded vector loops as whole vectors, local buffers of up to "
+                  f"{_STACK_LOCAL_MAX_BYTES} bytes on the stack")
 
 
 def build_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
-    """``mod``'s kernels (TIR) compiled for ``target`` as every build here compiles them."""
-    return tvm.tirx.build(mod, target=target, pipeline=_PIPELINE)
+    """``mod``'s kernels (TIR) compiled for ``target`` as every build here compiles them (on
+    CPUs, through _cpu_pipeline)."""
+    return tvm.tirx.build(mod, target=target,
+                          pipeline=_PIPELINE if target.kind.name == "llvm" else "default")
 
 
 # Groups per core: enough that a few slow kernels (Winograd's) do not leave a core idle.

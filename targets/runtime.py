@@ -29,7 +29,6 @@ from .cpu_schedules import default_schedules
 from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions, without_uncalled
 from .registry import TargetSpec, cpu_count, default_pool_spin
-from .vector_tails import whole_vectors
 from .weights import WeightFiles, lift_weights, numpy_views
 
 log = logging.getLogger(__name__)
@@ -845,12 +844,10 @@ def _split_layout_rewrites(mod: tvm.IRModule) -> tvm.IRModule:
 def _lowering(spec: TargetSpec) -> tvm.transform.Pass:
     """Scheduled kernels to VM code: relax.pipeline's dataflow lowering (spelled out: its
     function fails for llvm and cuda in TVM 0.27, whose backends do not export it), with the
-    kernels that may write over a dying operand made to (targets.in_place), the CPU kernels'
-    guarded vector loops split into whole vectors and their tail (targets.vector_tails), and
-    the target's finalizing passes."""
-    cpu = [whole_vectors] if spec.tvm_target().kind.name == "llvm" else []
+    kernels that may write over a dying operand made to (targets.in_place), and the target's
+    finalizing passes."""
     return tvm.transform.Sequential([
-        *cpu, relax.transform.RewriteDataflowReshape(), residuals_in_place,
+        relax.transform.RewriteDataflowReshape(), residuals_in_place,
         relax.transform.ToNonDataflow(),
         relax.transform.RemovePurityChecking(), relax.transform.CallTIRRewrite(),
         *relax.pipeline.finalize_passes(spec.tvm_target())])
