@@ -144,6 +144,18 @@ def _part(value: tirx.PrimExpr, part: tirx.PrimExpr) -> tirx.PrimExpr:
                        ).astype("uint16")
 
 
+def _part_inside(conditions: list, value: tirx.PrimExpr, part: tirx.PrimExpr) -> tirx.PrimExpr:
+    """_part of ``value`` where every condition holds, else zero, ``value`` loaded only there.
+    Not a Select: a Select loads its value everywhere, and TVM's simplifier drops an index's
+    clamps that its condition makes redundant, so the parts kernels read up to a padded row
+    before and after their input (a crash where the input began or ended a mapping, as the
+    engine cache's memory-mapped tensors may). Conditions that differ across the vectorized
+    channels (a matmul's depth not a multiple of STEPS) make the vectorizer scalarize."""
+    if not conditions:
+        return _part(value, part)
+    return tirx.if_then_else(tirx.all(*conditions), _part(value, part), tirx.const(0, "uint16"))
+
+
 def _int64(dims) -> list[tirx.IntImm]:
     """Dims as relax's kernels type them: a kernel whose loops and buffers mix int32 and
     int64 fails to fuse with them (FuseTIR, compute_inline)."""
@@ -162,15 +174,11 @@ def _activation_parts(x: te.Tensor, padded_rows: int, padded_depth: int) -> te.T
         i, k = tile_row * ROWS + row, step_block * STEPS + step
         conditions = ([i < rows] if padded_rows > rows else []) + \
             ([k < depth] if padded_depth > depth else [])
-        index = []
-        rest = tirx.min(i, rows - 1) if padded_rows > rows else i
+        index, rest = [], i
         for extent in reversed(dims[:-1]):
             index.insert(0, rest % extent)
             rest = rest // extent
-        value = x[(*index, tirx.min(k, depth - 1) if padded_depth > depth else k)]
-        if not conditions:
-            return _part(value, part)
-        return tirx.Select(tirx.all(*conditions), _part(value, part), tirx.const(0, "uint16"))
+        return _part_inside(conditions, x[(*index, k)], part)
 
     return te.compute(_int64((padded_rows // ROWS, padded_depth // STEPS, PARTS, ROWS, STEPS)),
                       element, name="amx_parts")
@@ -189,10 +197,7 @@ def _pointwise_parts(x: te.Tensor, strides: tuple, padded_rows: int) -> te.Tenso
         n, pixel = i // (out_h * out_w), i % (out_h * out_w)
         h, w = pixel // out_w * strides[0], pixel % out_w * strides[1]
         c = step_block * STEPS + step
-        if padded_rows == rows:
-            return _part(x[n, h, w, c], part)
-        return tirx.Select(i < rows, _part(x[tirx.min(n, batch - 1), h, w, c], part),
-                           tirx.const(0, "uint16"))
+        return _part_inside([i < rows] if padded_rows > rows else [], x[n, h, w, c], part)
 
     return te.compute(_int64((padded_rows // ROWS, channels // STEPS, PARTS, ROWS, STEPS)),
                       element, name="amx_parts")
@@ -240,10 +245,8 @@ def _window_parts(x: te.Tensor, window: Window, padding: tuple) -> te.Tensor:
         n, pixel = row // image, row % image
         h = pixel // window.width * stride + phase // stride - padding[0]
         w = pixel % window.width * stride + phase % stride - padding[1]
-        inside = tirx.all(n < batch, h >= 0, h < height, w >= 0, w < width)
-        value = x[tirx.min(n, batch - 1), tirx.max(tirx.min(h, height - 1), 0),
-                  tirx.max(tirx.min(w, width - 1), 0), block * STEPS + step]
-        return tirx.Select(inside, _part(value, part), tirx.const(0, "uint16"))
+        return _part_inside([n < batch, h >= 0, h < height, w >= 0, w < width],
+                            x[n, h, w, block * STEPS + step], part)
 
     return te.compute(_int64(window.shape), element, name="amx_window_parts")
 

@@ -4,6 +4,10 @@ weights computes on it with float32's accuracy (against float64 NumPy) and float
 infinities and NaNs."""
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ from test_cpu_schedules import const, relax_module
 
 HOST = targets.host_cpu()
 HOST_HAS_AMX = amx.has_amx(HOST.tvm_target())
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_amx = pytest.mark.skipif(not HOST_HAS_AMX, reason="this CPU has no AMX (amx_tile, amx_bf16)")
 RNG = np.random.default_rng(11)
 SPECIAL = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -3.0, 3.4e38, -1e-30, 1.5e-38],
@@ -93,6 +98,55 @@ def test_a_windows_parts_are_its_padded_inputs_phases(stride, padding):
             want = np.zeros((window.shape[1], 2, amx.PARTS, 32), np.uint16)
             want[:phase.shape[1]] = phase.transpose(1, 2, 0, 3)
             np.testing.assert_array_equal(got.numpy()[a * stride + b], want)
+
+
+# Runs a parts kernel, built as builds build it for this CPU, on its input copied into memory
+# with an inaccessible page right before it, then right after it: a read outside the input
+# ends the process (SIGSEGV), so the script runs in a process of its own.
+_GUARDED_PARTS = textwrap.dedent("""
+    import ctypes, mmap, sys
+    import numpy as np, tvm
+    import targets
+    from targets import amx, codegen
+
+    parts, dims, args = eval(sys.argv[1], vars(amx))
+    kernel, shape = amx.parts_kernel(parts, dims, *args)
+    module = codegen.build_kernels(tvm.IRModule({"main": amx.scheduled_parts(
+        kernel).with_attr("global_symbol", "main")}), targets.host_cpu().tvm_target())
+    values = np.random.default_rng(3).standard_normal(dims).astype(np.float32)
+    want = tvm.runtime.tensor(np.zeros(shape, np.uint16))
+    module["main"](tvm.runtime.tensor(values), want)
+    mprotect = ctypes.CDLL(None).mprotect
+    mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    pages = -(-values.nbytes // page) + 2
+    for offset in (page, (pages - 1) * page - values.nbytes):
+        memory = mmap.mmap(-1, pages * page)
+        start = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+        assert mprotect(start, page, 0) == 0 and mprotect(start + (pages - 1) * page, page, 0) == 0
+        x = np.frombuffer(memory, np.float32, values.size, offset).reshape(dims)
+        x[...] = values
+        got = tvm.runtime.tensor(np.zeros(shape, np.uint16))
+        module["main"](tvm.runtime.from_dlpack(x), got)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        print("read inside", flush=True)
+""")
+
+
+@pytest.mark.parametrize("case", [
+    "_window_parts, (1, 56, 56, 64), (Window(1, 58, 58, 2, (3, 3), 1), (1, 1))",
+    "_window_parts, (1, 9, 9, 32), (Window(1, 6, 6, 1, (3, 3), 2), (1, 1))",
+    "_activation_parts, (37, 48), (64, 64)",  # rows and depth padded
+    "_pointwise_parts, (1, 7, 7, 64), ((1, 1), 64)",
+])
+def test_a_parts_kernel_reads_nothing_outside_its_input(case):
+    """Runs on any CPU. A Select loaded its value in the padding too, at indices whose clamps
+    TVM's simplifier dropped: ResNet-50's cached engine crashed one load in six on a Xeon."""
+    done = subprocess.run([sys.executable, "-c", _GUARDED_PARTS, case], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.split("\n")[:2] == ["read inside"] * 2
 
 
 def test_weight_tiles_pair_two_reduction_steps_per_column():
