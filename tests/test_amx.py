@@ -100,53 +100,90 @@ def test_a_windows_parts_are_its_padded_inputs_phases(stride, padding):
             np.testing.assert_array_equal(got.numpy()[a * stride + b], want)
 
 
-# Runs a parts kernel, built as builds build it for this CPU, on its input copied into memory
-# with an inaccessible page right before it, then right after it: a read outside the input
-# ends the process (SIGSEGV), so the script runs in a process of its own.
-_GUARDED_PARTS = textwrap.dedent("""
+# Runs a kernel, built as builds build it for this CPU, on its inputs and output each in
+# memory with an inaccessible page right before it, then right after it: an access outside
+# them ends the process (SIGSEGV), so the script runs in a process of its own. The case, an
+# expression: parts(KIND, x dims, *args), a parts kernel of a float32 x; or products(rows,
+# depth, columns[, window]), the AMX kernel.
+_GUARDED_RUN = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np, tvm
     import targets
     from targets import amx, codegen
 
-    parts, dims, args = eval(sys.argv[1], vars(amx))
-    kernel, shape = amx.parts_kernel(parts, dims, *args)
-    module = codegen.build_kernels(tvm.IRModule({"main": amx.scheduled_parts(
-        kernel).with_attr("global_symbol", "main")}), targets.host_cpu().tvm_target())
-    values = np.random.default_rng(3).standard_normal(dims).astype(np.float32)
-    want = tvm.runtime.tensor(np.zeros(shape, np.uint16))
-    module["main"](tvm.runtime.tensor(values), want)
+    rng = np.random.default_rng(3)
+
+    def parts(kind, dims, *args):
+        kernel, shape = amx.parts_kernel(kind, dims, *args)
+        x = rng.standard_normal(dims).astype(np.float32)
+        return amx.scheduled_parts(kernel), [x], np.zeros(shape, np.uint16)
+
+    def products(rows, depth, columns, window=None):
+        step_blocks, pairs = -(-depth // amx.STEPS), -(-rows // (2 * amx.ROWS))
+        a_shape = window.shape if window else (2 * pairs, step_blocks, amx.PARTS, 16, 32)
+        b_shape = amx.weight_parts_shape(depth, columns)
+        a, b = ((0x3F00 + rng.integers(0, 255, shape)).astype(np.uint16)
+                for shape in (a_shape, b_shape))
+        return (amx.amx_kernel(rows, depth, columns, window), [a, b],
+                np.zeros((rows, columns), np.float32))
+
+    kernel, inputs, output = eval(sys.argv[1], {**vars(amx), "parts": parts,
+                                                "products": products})
+    module = codegen.build_kernels(tvm.IRModule({"main": kernel.with_attr(
+        "global_symbol", "main")}), targets.host_cpu().tvm_target())
+    want = tvm.runtime.tensor(output)
+    module["main"](*[tvm.runtime.tensor(x) for x in inputs], want)
     mprotect = ctypes.CDLL(None).mprotect
     mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    page = mmap.PAGESIZE
-    pages = -(-values.nbytes // page) + 2
-    for offset in (page, (pages - 1) * page - values.nbytes):
+    page, kept = mmap.PAGESIZE, []
+
+    def guarded(values, at_end):
+        pages = -(-values.nbytes // page) + 2
         memory = mmap.mmap(-1, pages * page)
         start = ctypes.addressof(ctypes.c_char.from_buffer(memory))
         assert mprotect(start, page, 0) == 0 and mprotect(start + (pages - 1) * page, page, 0) == 0
-        x = np.frombuffer(memory, np.float32, values.size, offset).reshape(dims)
+        offset = (pages - 1) * page - values.nbytes if at_end else page
+        x = np.frombuffer(memory, values.dtype, values.size, offset).reshape(values.shape)
         x[...] = values
-        got = tvm.runtime.tensor(np.zeros(shape, np.uint16))
-        module["main"](tvm.runtime.from_dlpack(x), got)
+        kept.append(memory)
+        return tvm.runtime.from_dlpack(x)
+
+    for at_end in (False, True):
+        got = guarded(output, at_end)
+        module["main"](*[guarded(x, at_end) for x in inputs], got)
         np.testing.assert_array_equal(got.numpy(), want.numpy())
-        print("read inside", flush=True)
+        print("inside", flush=True)
 """)
 
 
+def run_guarded(case):
+    done = subprocess.run([sys.executable, "-c", _GUARDED_RUN, case], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.split("\n")[:2] == ["inside"] * 2
+
+
 @pytest.mark.parametrize("case", [
-    "_window_parts, (1, 56, 56, 64), (Window(1, 58, 58, 2, (3, 3), 1), (1, 1))",
-    "_window_parts, (1, 9, 9, 32), (Window(1, 6, 6, 1, (3, 3), 2), (1, 1))",
-    "_activation_parts, (37, 48), (64, 64)",  # rows and depth padded
-    "_pointwise_parts, (1, 7, 7, 64), ((1, 1), 64)",
+    "parts(_window_parts, (1, 56, 56, 64), Window(1, 58, 58, 2, (3, 3), 1), (1, 1))",
+    "parts(_window_parts, (1, 9, 9, 32), Window(1, 6, 6, 1, (3, 3), 2), (1, 1))",
+    "parts(_activation_parts, (37, 48), 64, 64)",  # rows and depth padded
+    "parts(_pointwise_parts, (1, 7, 7, 64), (1, 1), 64)",
 ])
 def test_a_parts_kernel_reads_nothing_outside_its_input(case):
     """Runs on any CPU. A Select loaded its value in the padding too, at indices whose clamps
     TVM's simplifier dropped: ResNet-50's cached engine crashed one load in six on a Xeon."""
-    done = subprocess.run([sys.executable, "-c", _GUARDED_PARTS, case], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": REPO})
-    assert done.returncode == 0, f"exit code {done.returncode}: {done.stderr[-2000:]}"
-    assert done.stdout.split("\n")[:2] == ["read inside"] * 2
+    run_guarded(case)
+
+
+@needs_amx
+@pytest.mark.parametrize("case", [
+    "products(37, 100, 48)",  # a block past C's edges, depth padded
+    "products(49, 1024, 2048)",  # tasks of columns
+    "products(30, 288, 64, Window(1, 6, 6, 1, (3, 3), 2))",
+])
+def test_an_amx_product_touches_nothing_outside_its_operands(case):
+    run_guarded(case)
 
 
 def test_weight_tiles_pair_two_reduction_steps_per_column():
