@@ -232,15 +232,44 @@ def _kept_apart(sch: s_tir.Schedule, block) -> bool:
     return bool(_has_if_then_else(stmt)) or not stmt.reads
 
 
-def _inline_spatial(sch: s_tir.Schedule, keep=()) -> None:
+# Calls that cost no more than the load they wrap; any other call (sin, pow, sqrt, exp) makes
+# a value costly to compute again.
+_CHEAP_CALLS = ("prim.if_then_else", "prim.reinterpret", "prim.likely")
+
+
+def _read_often_and_costly(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block``'s consumers read it at two or more places (summed over them: a window
+    of channels, shifted slices) and its value holds a costly call. Inlining it would compute
+    that call again for every place, and chained windows multiply the copies: three LRNs
+    fused, each inlined into the next, made one kernel of 125 copies of the first, whose
+    build took 55 s on a 2-core Xeon."""
+    stmt = sch.get(block)
+    calls = []
+    tvm_ffi.structural_map(stmt.body, (tvm.ir.expr.Call, lambda call: calls.append(call) or call))
+    if all(str(call.op.name) in _CHEAP_CALLS for call in calls
+           if isinstance(call.op, tvm.ir.Op)):
+        return False
+    buffer, places = stmt.writes[0].source, 0
+    for consumer in sch.get_consumers(block):
+        loads = []
+        tvm_ffi.structural_map(sch.get(consumer).body, (
+            tvm.ir.expr.TensorLoad, lambda load: loads.append(load) or load))
+        places += len({str(load.indices) for load in loads if load.source.same_as(buffer)})
+    return places >= 2
+
+
+def _inline_spatial(sch: s_tir.Schedule, keep=(), keep_read_often=False) -> None:
     """Inlines every spatial block it can (into its consumers, else into its producer), but
-    those named in ``keep``."""
+    those named in ``keep`` and, with ``keep_read_often``, those _read_often_and_costly."""
     progress = True
     while progress:
         progress = False
         for inline in (sch.compute_inline, sch.reverse_compute_inline):
             for block in _root_blocks(sch):
                 if sch.get(block).name_hint in keep or not _is_spatial(sch, block):
+                    continue
+                if keep_read_often and inline == sch.compute_inline and \
+                        _read_often_and_costly(sch, block):
                     continue
                 if inline == sch.reverse_compute_inline and not all(
                         _is_spatial(sch, p) for p in sch.get_producers(block)):
@@ -1031,7 +1060,7 @@ class Injective(_Rule):
     def schedule(self, sch, func, target):
         if _reductions(sch) != []:
             return False
-        _inline_spatial(sch)
+        _inline_spatial(sch, keep_read_often=True)
         for block in _root_blocks(sch):
             _schedule_spatial(sch, block, target, partition=True)
         return True

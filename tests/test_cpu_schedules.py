@@ -176,6 +176,38 @@ def test_padding_gather_and_concatenation():
     check(mod, [a, b, idx], [padded, a[:, idx], np.concatenate([a, b], 1)], "Injective")
 
 
+def _windows_of_three(x, costly, n):
+    """Twice: each element of (sin x if ``costly`` else 2 x) summed with its two neighbours,
+    along the second axis of ``n`` elements."""
+    for n in (n, n - 2):
+        y = relax.op.sin(x) if costly else relax.op.multiply(x, relax.const(2.0, "float32"))
+        x = relax.op.add(relax.op.add(relax.op.strided_slice(y, [1], [0], [n - 2]),
+                                      relax.op.strided_slice(y, [1], [1], [n - 1])),
+                         relax.op.strided_slice(y, [1], [2], [n]))
+    return x
+
+
+@pytest.mark.parametrize("costly", [True, False])
+def test_a_costly_value_read_at_several_places_is_computed_once(costly):
+    """A window reading a sine at three places keeps the sine a block of its own, so each is
+    computed once an element (two windows inlined into each other would compute 12); a cheap
+    value is inlined all the same. Chained LRNs inlined so took 55 s to build."""
+    x = data((3, 40))
+    mod = relax_module({"x": ((3, 40), "float32")}, lambda v: _windows_of_three(v, costly, 40))
+    want = x
+    for _ in range(2):
+        y = np.sin(want) if costly else 2 * want
+        want = y[:, :-2] + y[:, 1:-1] + y[:, 2:]
+    check(mod, [x], [want], "Injective", rtol=1e-5, atol=1e-5)
+    (kernel,) = [f for f in _scheduled_kernels(mod).functions.values()
+                 if isinstance(f, tvm.tirx.PrimFunc) and str(f.attrs[cs.RULE_ATTR]) == "Injective"]
+    sines, blocks = [], []
+    tvm_ffi.structural_map(kernel.body, (tvm.ir.expr.Call, lambda c: sines.append(c) or c))
+    tvm_ffi.structural_map(kernel.body, (tvm.s_tir.SBlock, lambda b: blocks.append(b) or b))
+    assert sum(str(c.op.name) == "tirx.sin" for c in sines) == (2 if costly else 0)
+    assert len([b for b in blocks if b.name_hint != "root"]) == (3 if costly else 1)
+
+
 @pytest.mark.parametrize("parts,lanes", [((64, 32, 96), 16), ((48, 40), 8), ((3, 5), 1)])
 def test_a_concatenation_of_channels_copies_whole_vectors(parts, lanes):
     """DenseNet's and Inception's concatenations in NHWC: each element picks its part by its
