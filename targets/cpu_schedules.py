@@ -233,8 +233,8 @@ def _kept_apart(sch: s_tir.Schedule, block) -> bool:
 
 
 # Calls that cost no more than the load they wrap; any other call (sin, pow, sqrt, exp) makes
-# a value costly to compute again.
-_CHEAP_CALLS = ("prim.if_then_else", "prim.reinterpret", "prim.likely")
+# a value costly to compute again. Op.get fails at import on a name TVM does not know.
+_CHEAP_CALLS = (_IF_THEN_ELSE, tvm.ir.Op.get("tirx.reinterpret"), tvm.ir.Op.get("prim.likely"))
 
 
 def _read_often_and_costly(sch: s_tir.Schedule, block) -> bool:
@@ -246,7 +246,7 @@ def _read_often_and_costly(sch: s_tir.Schedule, block) -> bool:
     stmt = sch.get(block)
     calls = []
     tvm_ffi.structural_map(stmt.body, (tvm.ir.expr.Call, lambda call: calls.append(call) or call))
-    if all(str(call.op.name) in _CHEAP_CALLS for call in calls
+    if all(any(call.op.same_as(op) for op in _CHEAP_CALLS) for call in calls
            if isinstance(call.op, tvm.ir.Op)):
         return False
     buffer, places = stmt.writes[0].source, 0
