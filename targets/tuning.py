@@ -39,6 +39,7 @@ import tvm
 import tvm_ffi
 
 from . import codegen, rpc
+from .builder import KeptPoolBuilder
 from .registry import TargetSpec, cpu_count
 from .runner import cache_dir as default_cache_dir
 from .runtime import default_scheduled, fused_kernels
@@ -422,8 +423,8 @@ def _export_shared(mod, compiler: str | None) -> str:
 
 
 def _build_candidate(mod, target, _params):
-    """MetaSchedule's default_build without its import of every tensor intrinsic, which takes
-    ~25 s in each builder process (its pool restarts for every batch); a candidate reaches
+    """MetaSchedule's default_build without its import of every tensor intrinsic, which took
+    ~25 s in each builder process before toolchain.calling_frames; a candidate reaches
     the builder with any tensorization already applied. Compiled as builds compile it
     (targets.codegen: register tiles on the stack), so that it is timed as it will run."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -533,9 +534,9 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     remote = fleet is not None
     with _quiet_meta_schedule():
         # One builder and one runner for the whole run: their processes take seconds to start.
-        builder = ms.builder.LocalBuilder(
+        builder = KeptPoolBuilder(
             # The default 30 s is too short for a large convolution on 2 busy cores.
-            f_build=_build_candidate, timeout_sec=60, max_workers=cpu_count(),
+            f_build=_build_candidate, timeout_sec=60, workers=cpu_count(),
             f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
             if remote else None)
         runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
@@ -571,6 +572,7 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
                 if remote:
                     racer.shutdown()
         finally:
+            builder.shutdown()
             if remote:
                 runner.shutdown()
     stopped_by = ("done" if budget <= 0 else "minutes" if progress_bar.out_of_time
