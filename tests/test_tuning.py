@@ -524,7 +524,10 @@ def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(
     assert again.trials_run == 0
     run_off = database.metadata()["run_offs"][kernel]
     assert run_off["recorded"] == 1e-9 and not run_off["won"]
-    assert run_off["seconds"] > database.default_seconds()[kernel]
+    # Its time is now the one measured beside its default, not the doctored 1 ns. Only the
+    # rounds decide: the unscheduled kernel's median varied from 0.5 to 24 ms between runs
+    # on a 2-core Xeon, once under its default's (0.54 ms against 0.70, a round lost).
+    assert database.measurements()[kernel][1] == run_off["seconds"] > 1e-6
     assert kernel in database.outclassed()
     exe = compiled(model, tmp_path)
     assert not any("matmul" in name for name in exe.module.tuned_kernels), exe.module.tuned_kernels
