@@ -6,7 +6,6 @@
 
 import argparse
 import os
-import platform
 import sys
 
 import onnx
@@ -28,6 +27,7 @@ def main(argv=None):
     name = os.path.splitext(os.path.basename(args.model))[0]
     model = load_model(args.model)
     executable = model if isinstance(model, odla.Executable) else odla.compile_computation(model)
+    device = odla.allocate_device()
     trace, plain = profile_executable(executable, args.runs)
     trace_path = os.path.join(DOCS, f"profile-{name}.json")
     trace.save(trace_path)
@@ -35,7 +35,9 @@ def main(argv=None):
         f"# Profile of {name}",
         "",
         f"`scripts/profile.py {args.model if args.model != RESNET50 else ''}`".replace(" `", "`"),
-        f"on {platform.machine()} ({os.cpu_count()} cores), untuned, batch as in the model; "
+        f"on {odla.get_device_info(device, odla.DeviceInfo.DEV_TYPE)}, ODLA's DEFAULT device "
+        f"({odla.get_device_info(device, odla.DeviceInfo.SDK_VERSION)}), untuned, batch as in "
+        "the model; "
         f"{args.runs} plain runs, then {args.runs} profiled runs. Chrome trace: "
         f"`docs/{os.path.basename(trace_path)}` (open it in https://ui.perfetto.dev).",
         "",
