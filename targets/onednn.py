@@ -114,6 +114,15 @@ def _is_constant(expr) -> bool:
     return isinstance(expr, tvm.ir.expr.Constant)
 
 
+MAX_RANK = 5  # region.h's Shape holds 5 dims
+
+
+def _within_rank(shape) -> bool:
+    """A static shape the region's steps can hold (a 7-D log softmax, as a 5-D cross-entropy
+    loss makes, failed to compile: too many dims for Shape)."""
+    return shape is not None and 1 <= len(shape) <= MAX_RANK
+
+
 def _plain_ok(context) -> bool:
     """What every pattern needs: float32 static shapes, nothing inside used outside."""
     return (_shape(context.matched_expr) is not None
@@ -277,7 +286,7 @@ def _binary_ok(context) -> bool:
     between them (13x onnxruntime)."""
     call = context.annotated_expr["root_op"]
     output_shape = _shape(call)
-    if output_shape is None or not 1 <= len(output_shape) <= 5 or not _plain_ok(context):
+    if not _within_rank(output_shape) or not _plain_ok(context):
         return False
     if any(_is_constant(a) for a in call.args):
         return False
@@ -304,7 +313,7 @@ def _transpose_axes(transpose, rank: int) -> list[int]:
 def _transpose_ok(context) -> bool:
     annotated = context.annotated_expr
     shapes = [_shape(annotated[name]) for name in ("input", "transpose", "root")]
-    return (_plain_ok(context) and all(s is not None and 1 <= len(s) <= 5 for s in shapes)
+    return (_plain_ok(context) and all(_within_rank(s) for s in shapes)
             and len(shapes[1]) >= 2 and not _is_constant(annotated["input"]))
 
 
@@ -368,7 +377,7 @@ def _unary_ok(context) -> bool:
     """A unary op of a computed tensor, then post-ops."""
     call = context.annotated_expr["root_op"]
     shape = _shape(call)
-    return (shape is not None and 1 <= len(shape) <= 5 and _plain_ok(context)
+    return (_within_rank(shape) and _plain_ok(context)
             and not _is_constant(call.args[0]) and _post_ops_ok(context, shape))
 
 
@@ -383,8 +392,8 @@ def _mean_ok(context) -> bool:
     # oneDNN has no reduction that reduces nothing (a mean over axes of size 1).
     mean = context.annotated_expr["root"]
     shape = _shape(mean.args[0])
-    return (_plain_ok(context) and shape is not None and bool(mean.attrs.keepdims)
-            and 1 <= len(shape) <= 5 and shape != _shape(mean))
+    return (_plain_ok(context) and _within_rank(shape) and bool(mean.attrs.keepdims)
+            and shape != _shape(mean))
 
 
 def _mean_pattern() -> PluginPattern:
@@ -394,7 +403,7 @@ def _mean_pattern() -> PluginPattern:
 
 
 def _softmax_ok(context) -> bool:
-    return _plain_ok(context) and _shape(context.annotated_expr["root"].args[0]) is not None
+    return _plain_ok(context) and _within_rank(_shape(context.annotated_expr["root"].args[0]))
 
 
 def _softmax_pattern(op: str) -> PluginPattern:
@@ -406,7 +415,7 @@ def _layer_norm_ok(context) -> bool:
     """Over the last axis only, with a scalar epsilon and per-channel scale and offset."""
     annotated = context.annotated_expr
     shape = _shape(annotated["input"])
-    if shape is None or not _plain_ok(context):
+    if not _within_rank(shape) or not _plain_ok(context):
         return False
     for mean in (annotated["mean"], annotated["variance"]):
         axes = [int(a) % len(shape) for a in mean.attrs.axis or ()]

@@ -882,6 +882,36 @@ def test_softmax_on_any_axis_matches_tvm(shape, axis, op):
 
 
 @needs_onednn
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm"])
+def test_an_op_of_more_axes_than_a_region_holds_stays_with_tvm(op):
+    """A region's steps hold shapes of up to onednn.MAX_RANK axes: a 6-D softmax (as a 4-D
+    cross-entropy loss makes) failed to compile, its shape written past Shape's dims."""
+    shape = (2, 3, 2, 2, 2, 5)
+    assert len(shape) > onednn.MAX_RANK
+    x = _randn(np.random.default_rng(5), *shape, scale=3.0)
+
+    def build():
+        a = odla.create_argument(VT(E.FLOAT32, shape), "x")
+        if op == "layer_norm":
+            odla.set_value_as_output(odla.layer_norm(a, 1, (-1,), 1e-5, None, None))
+        else:
+            odla.set_value_as_output(getattr(odla, op)(a, 1))
+
+    exe, (got,) = _run(build, {"x": x}, DeviceName.INTEL_DNNL)
+    assert not exe.module.vendor_regions
+    x64 = x.astype(np.float64)
+    if op == "layer_norm":
+        centred = x64 - x64.mean(-1, keepdims=True)
+        expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5)
+    else:
+        shifted = x64 - x64.max(1, keepdims=True)
+        log_probabilities = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+        expected = log_probabilities if op == "log_softmax" else np.exp(log_probabilities)
+    assert got.shape == shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+@needs_onednn
 @pytest.mark.parametrize("shape", [(2, 7, 16), (1, 5, 32), (3, 8)])
 @pytest.mark.parametrize("affine", ["scale_offset", "scale", "none"])
 def test_layer_norm_matches_tvm(shape, affine):
