@@ -156,6 +156,7 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, objec
     computation's items named "<plugin>.<item>" (others are ignored). ``may_decline``: the
     plugin may leave the graph to TVM whole (VendorPlugin.declines)."""
     plugin.check_available()
+    whole = mod
     unpartitionable = _unpartitionable(mod)
     if unpartitionable is not None:
         log.info("the %s plugin leaves this graph to TVM: it has %s", plugin.name, unpartitionable)
@@ -190,10 +191,27 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, objec
     mod = relax.transform.FoldConstant()(fold_constant_layouts(mod))
     mod = relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in patterns],
                                            bind_constants=False)(mod)
-    return tvm.transform.Sequential([
-        relax.transform.MergeCompositeFunctions(),
-        relax.transform.RunCodegen(),
-    ])(_host_calls_in_functions(mod))
+    mod = _merged(_host_calls_in_functions(mod))
+    if mod is None:
+        log.info("the %s plugin leaves this graph to TVM: merging its matches into regions "
+                 "ordered a value after its use", plugin.name)
+        return whole
+    return relax.transform.RunCodegen()(mod)
+
+
+def _merged(mod: tvm.IRModule) -> tvm.IRModule | None:
+    """``mod`` with its matches merged into regions (MergeCompositeFunctions), or None where
+    TVM merged two matches that a TVM op between them links (one's result feeds the op, whose
+    result feeds the other): the region would use the op's result before computing its
+    input, and the merge fails or leaves a graph that does (onnx's GridSample cases: "Var lv
+    is not defined", "Variable sub_46_36 was used before its definition")."""
+    try:
+        merged = relax.transform.MergeCompositeFunctions()(mod)
+        if relax.analysis.well_formed(relax.transform.Normalize()(merged)) is not False:
+            return merged  # (TVM 0.27's answers None where it finds nothing)
+    except (tvm.error.InternalError, TypeError, ValueError):  # TVM 0.27 raises what it
+        pass                                                    # finds malformed
+    return None
 
 
 def _required_ops(pattern: DFPattern) -> frozenset[str]:

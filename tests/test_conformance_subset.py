@@ -29,6 +29,10 @@ NODE_CASES = [
     # quantization, control flow and optimizers
     "test_dynamicquantizelinear", "test_matmulinteger", "test_if", "test_scan9_sum",
     "test_adam",
+    # on the DEFAULT device, where oneDNN's regions were merged out of order (GridSample's)
+    # or held a 7-D shape (a 5-D cross-entropy loss): compiling failed
+    "test_gridsample", "test_gridsample_volumetric_bilinear_align_corners_0",
+    "test_sce_NCd1d2d3d4d5_mean_weight_log_prob",
 ]
 LIGHT_MODELS = ["test_squeezenet", "test_shufflenet"]
 
