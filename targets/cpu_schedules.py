@@ -189,6 +189,13 @@ def _out_dtype(sch: s_tir.Schedule, block) -> str:
     return str(writes[0].source.dtype) if writes else "float32"
 
 
+def _reads_booleans(sch: s_tir.Schedule, block) -> bool:
+    """Whether ``block`` loads booleans: vectorized, TVM's LLVM code takes a vector of them
+    as their bytes, so a logical not flips every bit (true -> -2, false -> -1 as a float;
+    an attention's fully masked rows came out NaN, not zero)."""
+    return any(str(region.source.dtype) == "bool" for region in sch.get(block).reads)
+
+
 def _region_vars(region) -> list[set]:
     """Per dimension of a buffer region, the variables its start uses."""
     return [collect_vars_used_in_prim_expr(r.min) for r in region.region]
@@ -299,7 +306,7 @@ def _schedule_spatial(sch: s_tir.Schedule, block, target: Target,
     if not loops:
         return
     work = _work(sch, loops)
-    lanes = vector_lanes(target, _out_dtype(sch, block))
+    lanes = 1 if _reads_booleans(sch, block) else vector_lanes(target, _out_dtype(sch, block))
     cuts = _innermost_cuts(sch.get(block)) if partition and lanes >= 2 and len(loops) > 1 \
         else []
     if cuts and _partitioned_innermost(sch, loops, cuts, lanes):
@@ -438,7 +445,7 @@ def _vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
     ``lanes``)."""
     loops = sch.get_loops(block)
     extent = _extent(sch, loops[-1]) if loops else None
-    if extent is None or extent < 2:
+    if extent is None or extent < 2 or _reads_booleans(sch, block):
         return
     factor = _pow2_divisor(extent, lanes)
     if factor < 2:

@@ -33,6 +33,8 @@ NODE_CASES = [
     # or held a 7-D shape (a 5-D cross-entropy loss): compiling failed
     "test_gridsample", "test_gridsample_volumetric_bilinear_align_corners_0",
     "test_sce_NCd1d2d3d4d5_mean_weight_log_prob",
+    # a row with every key masked attends nothing (booleans loaded as vectors broke it)
+    "test_attention_causal_boolmask_nan_robustness",
 ]
 LIGHT_MODELS = ["test_squeezenet", "test_shufflenet"]
 

@@ -12,7 +12,9 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+import odla_tvm as odla
 import targets
+from odla_tvm import ElementType, ValueType, ops
 from odla_tvm.demo import build_small_cnn
 from targets import cpu_schedules as cs
 from targets.layouts import fold_constant_layouts
@@ -206,6 +208,29 @@ def test_a_costly_value_read_at_several_places_is_computed_once(costly):
     tvm_ffi.structural_map(kernel.body, (tvm.s_tir.SBlock, lambda b: blocks.append(b) or b))
     assert sum(str(c.op.name) == "tirx.sin" for c in sines) == (2 if costly else 0)
     assert len([b for b in blocks if b.name_hint != "root"]) == (3 if costly else 1)
+
+
+def test_booleans_a_kernel_stores_and_loads_again_keep_their_values():
+    """A row's maximum of not(is_inf(x)) as float32 (an attention's check for rows with every
+    key masked, as the ONNX converter builds it): the test and the not are blocks of their
+    own in the kernel, and vectorized, the not of a loaded vector of booleans flipped their
+    bytes' every bit (rows gave -1 and -2, not 1 and 0)."""
+    x = data((4, 4))
+    x[1] = -np.inf
+    x[2, ::2] = -np.inf
+    computation = odla.create_computation()
+    value = odla.create_argument(ValueType(ElementType.FLOAT32, x.shape), "x")
+    attends = ops.process.cast(ops.math.not_(ops.math.is_inf(value, False, True)),
+                               ElementType.FLOAT32)
+    odla.set_value_as_output(ops.math.reduce_max(attends, 1, [1], True))
+    executable = odla.compile_computation(computation, odla.allocate_device(
+        device_name=odla.DeviceName.INTEL_X86))
+    (got,) = odla.Session(executable).run({"x": x})
+    odla.destroy_computation(computation)
+    want = np.logical_not(x == -np.inf).astype(np.float32).max(1, keepdims=True)
+    assert want.ravel().tolist() == [1, 0, 1, 1]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("parts,lanes", [((64, 32, 96), 16), ((48, 40), 8), ((3, 5), 1)])
