@@ -45,7 +45,8 @@ def _nbytes(constant: tvm.ir.expr.Constant) -> int:
 @relax.expr_functor.mutator
 class _WeightsAsParameters(relax.expr_functor.PyExprMutator):
     """Replaces each constant operand of WEIGHT_MIN_BYTES or more with a parameter (one
-    parameter per constant, however often it is used)."""
+    parameter per constant, however often it is used), and each of no elements with an
+    allocation."""
 
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
@@ -67,8 +68,12 @@ class _WeightsAsParameters(relax.expr_functor.PyExprMutator):
 
     def _parameter_for(self, expr: relax.Expr) -> relax.Expr:
         if not (isinstance(expr, tvm.ir.expr.Constant)
-                and isinstance(expr.value, tvm.runtime.Tensor)  # not a string constant
-                and _nbytes(expr) >= WEIGHT_MIN_BYTES):
+                and isinstance(expr.value, tvm.runtime.Tensor)):  # not a string constant
+            return expr
+        if 0 in expr.value.shape:  # made at run time: TVM's loader cannot read one back
+            return self.builder_.emit(relax.op.builtin.alloc_tensor(
+                relax.ShapeExpr(list(expr.value.shape)), str(expr.value.dtype), 0))
+        if _nbytes(expr) < WEIGHT_MIN_BYTES:
             return expr
         if expr not in self.parameters:
             self.parameters[expr] = relax.Var(f"weight{len(self.parameters)}", expr.ty)
@@ -77,12 +82,13 @@ class _WeightsAsParameters(relax.expr_functor.PyExprMutator):
 
 def lift_weights(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[np.ndarray]]:
     """``mod`` with ``main``'s constants of WEIGHT_MIN_BYTES or more made its trailing
-    parameters, and their arrays in parameter order (views of the constants' memory)."""
+    parameters, and their arrays in parameter order (views of the constants' memory); those
+    of no elements are allocated when it runs instead."""
     main = mod.get_global_var("main")
     func = mod[main]
     lifter = _WeightsAsParameters(mod)
     body = lifter.visit_expr(func).body
-    if not lifter.parameters:
+    if body.same_as(func.body):
         return mod, []
     mod = mod.clone()
     mod[main] = relax.Function(list(func.params) + list(lifter.parameters.values()), body,

@@ -64,6 +64,29 @@ def test_second_load_reads_the_engine_without_compiling(tmp_path, monkeypatch):
     assert second.dtype == np.float32 and second.shape == (2, 3)
 
 
+def test_a_model_with_an_empty_constant_is_kept_and_loads_again(tmp_path):
+    """A constant of no elements (an empty convolution state, as onnx's CausalConvWithState
+    of kernel size one has) is allocated when the engine runs, not kept in its library:
+    TVM's loader could not read an empty tensor back, and the first load failed."""
+    empty = np.zeros((2, 0), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["state", "x"], ["y"], axis=1),
+         helper.make_node("Slice", ["y", "start", "end", "axis"], ["rest"])], "empty",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("rest", TensorProto.FLOAT, [2, 0])],
+        [numpy_helper.from_array(empty, "state"),
+         *(numpy_helper.from_array(np.array([v], np.int64), name)
+           for name, v in (("start", 4), ("end", 4), ("axis", 1)))])
+    path = tmp_path / "empty.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    for _ in range(2):  # compiled and kept, then read from the cache
+        y, rest = _load(str(path), tmp_path / "cache").run({"x": X})
+        np.testing.assert_array_equal(y, X)
+        assert rest.shape == (2, 0) and rest.dtype == np.float32
+    assert len(engine_cache.entries(tmp_path / "cache")) == 1
+
+
 def test_another_model_or_input_data_or_version_is_a_miss(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     path_a, _ = _mlp(tmp_path / "a.onnx", seed=0)
