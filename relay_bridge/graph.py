@@ -24,10 +24,11 @@ def shape_of(expr: relax.Expr) -> tuple[int, ...]:
 
 
 def _view(tensor) -> np.ndarray | None:
-    """A NumPy view of a TVM tensor's memory (None for a dtype NumPy lacks, bfloat16)."""
+    """A NumPy view of a TVM tensor's memory (None for a dtype NumPy lacks, bfloat16: NumPy
+    2.4 says so with a RuntimeError)."""
     try:
         return np.from_dlpack(tensor)
-    except (TypeError, ValueError, BufferError):
+    except (TypeError, ValueError, BufferError, RuntimeError):
         return None
 
 

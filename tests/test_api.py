@@ -3,6 +3,7 @@
 import os
 import threading
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tvm
@@ -36,6 +37,24 @@ def test_value_shape_and_type():
     assert vt.dtype == np.float32 and vt.shape == odla.ValueShape((2, 3))
     assert VT(E.QUINT8, (1,)).dtype == np.uint8
     assert VT(E.BFLOAT16, (1,)).dtype.name == "bfloat16"
+
+
+def test_a_bfloat16_constant_keeps_its_values():
+    """A constant of a dtype NumPy cannot view through DLPack (bfloat16) is copied in: NumPy
+    2.4 refuses the view with a RuntimeError, which failed the import (onnx's bfloat16
+    Range case)."""
+    constant = np.array([1.5, -2.25, 3.0], ml_dtypes.bfloat16)
+    x = np.array([0.5, 0.25, -1.0], ml_dtypes.bfloat16)
+    computation = odla.create_computation()
+    argument = odla.create_argument(VT(E.BFLOAT16, (3,)), "x")
+    odla.set_value_as_output(odla.add(argument, odla.create_constant(VT(E.BFLOAT16, (3,)),
+                                                                     constant)))
+    executable = odla.compile_computation(computation, odla.allocate_device(
+        device_name=odla.DeviceName.INTEL_X86))
+    (got,) = odla.Session(executable).run({"x": x})
+    odla.destroy_computation(computation)
+    assert got.dtype == ml_dtypes.bfloat16 and got.shape == (3,)
+    np.testing.assert_array_equal(got.astype(np.float32), [2.0, -2.0, 2.0])
 
 
 def test_device_info_for_host_cpu():
