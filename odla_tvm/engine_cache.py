@@ -209,7 +209,8 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     """Keeps ``executable`` (not yet run) under ``key``, then evicts the least recently used
     entries past the size limit; from then on ``executable`` runs from the entry's library
     and weights, memory-mapped (see run_from_bundle). A cache that cannot be written (a read-only
-    directory, a full disk) is skipped with a warning: the executable in hand still runs."""
+    directory, a full disk), or an entry that does not load back, is skipped with a warning:
+    the executable in hand still runs."""
     root = cache_root(cache_dir)
     path = root / f"{key}{_SUFFIX}"
     info = {"key": key, "model": description, "target": executable.device.target.name,
@@ -222,6 +223,11 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     except (OSError, OdlaError) as err:
         log.warning("engine cache %s not written (%s); the model compiles again next time",
                     root, getattr(err, "message", err))
+        return
+    except RuntimeError as err:  # TVM cannot load what it wrote (an empty tensor did so)
+        log.warning("engine cache entry %s does not load (%s); removed: the model runs from "
+                    "the build in hand and compiles again next time", path, err)
+        _remove(path)
         return
     evict(limit_bytes(), cache_dir, keep=path)
 

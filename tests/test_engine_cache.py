@@ -14,6 +14,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
@@ -85,6 +86,25 @@ def test_a_model_with_an_empty_constant_is_kept_and_loads_again(tmp_path):
         np.testing.assert_array_equal(y, X)
         assert rest.shape == (2, 0) and rest.dtype == np.float32
     assert len(engine_cache.entries(tmp_path / "cache")) == 1
+
+
+def test_an_entry_that_does_not_load_back_is_removed_and_the_session_runs(tmp_path,
+                                                                         monkeypatch, caplog):
+    """Where TVM cannot load the library it has just written (as an empty constant made it
+    do), the session runs from the build in hand and the entry goes: Session.from_onnx
+    failed."""
+    path, reference = _mlp(tmp_path / "m.onnx")
+
+    def unreadable(_path):
+        raise tvm.error.InternalError("Check failed: (read_ret) is false: Invalid DLTensor "
+                                      "file format")
+
+    monkeypatch.setattr(targets.runtime, "load_library", unreadable)
+    with caplog.at_level(logging.WARNING, logger="odla_tvm.engine_cache"):
+        (y,) = _load(path, tmp_path / "cache").run({"x": X})
+    np.testing.assert_allclose(y, reference(X), rtol=1e-5, atol=1e-6)
+    assert "does not load" in caplog.text and "Invalid DLTensor file format" in caplog.text
+    assert engine_cache.entries(tmp_path / "cache") == []
 
 
 def test_another_model_or_input_data_or_version_is_a_miss(tmp_path, monkeypatch):
