@@ -207,11 +207,13 @@ def _merged(mod: tvm.IRModule) -> tvm.IRModule | None:
     is not defined", "Variable sub_46_36 was used before its definition")."""
     try:
         merged = relax.transform.MergeCompositeFunctions()(mod)
-        if relax.analysis.well_formed(relax.transform.Normalize()(merged)) is not False:
-            return merged  # (TVM 0.27's answers None where it finds nothing)
-    except (tvm.error.InternalError, TypeError, ValueError):  # TVM 0.27 raises what it
-        pass                                                    # finds malformed
-    return None
+    except tvm.error.InternalError:  # the merge's own use-before-definition check
+        return None
+    try:  # TVM 0.27 raises what it finds malformed, and answers None where it finds nothing
+        return None if relax.analysis.well_formed(relax.transform.Normalize()(merged)) is False \
+            else merged
+    except (TypeError, ValueError):
+        return None
 
 
 def _required_ops(pattern: DFPattern) -> frozenset[str]:
