@@ -38,9 +38,10 @@ a block of rows across the columns where the weights' parts fit in L2 (a convolu
 a block of columns down the rows (a transformer's weights, read once from memory a run); the
 tasks run in parallel, each configuring its thread's tiles (ldtilecfg) first. A task of
 columns prefetches its weights' next step block between the products of its first rows, which
-read them from memory (_prefetch_weights). Denormal parts count as zero (AMX's rule), so
-inputs under 2^-110 or so lose their low parts, and the results flush to zero under float32's
-smallest normal.
+read them from memory (_prefetch_weights), and where it has many blocks of rows, the next
+task's weights over the others (_prefetch_next_task). Denormal parts count as zero (AMX's
+rule), so inputs under 2^-110 or so lose their low parts, and the results flush to zero under
+float32's smallest normal.
 """
 
 from __future__ import annotations
@@ -390,7 +391,7 @@ def _prefetch_weights(b, column_tile, step_block, product):
     """After product ``product`` (0 to _PRODUCTS - 1) of a step block, a prefetch into L1 of
     its share of step block ``step_block``'s weight lines. Spread between the products, the
     memory keeps streaming while the tiles multiply: the 49 x 1024 by 1024 x 2048 kernel, its
-    weights from memory, 0.80 -> 0.70 ms; all at once after a step block's products, it slowed
+    weights from memory, 0.81 -> 0.72 ms; all at once after a step block's products, it slowed
     down (0.53 -> 0.55-0.69 ms), its tile loads then waiting behind the prefetches."""
     for share in T.unroll(_PREFETCHES):
         line = product * _PREFETCHES + share  # of [column tile, part, row]
@@ -409,8 +410,8 @@ def _prefetch_next_task(b, column_tile, step_blocks, slot, slots):
     its weights from L2, a prefetch into L1 of a share of the next task's weights (its two
     column tiles follow this task's), at most one line a product: more held the fill buffers
     the tile loads from L2 wait for (49 x 1024 by 1024 x 2048, 2 blocks, 4 lines a product:
-    0.76 -> 0.91 ms from memory), while one at most gains (196 x 256 by 256 x 1024, 7 blocks:
-    0.25 -> 0.23 ms; 224 x 2304 by 2304 x 256, a 3x3 window, 0.55 -> 0.53)."""
+    0.76 -> 0.91 ms from memory), while one at most gains (from memory, 196 x 256 by 256 x
+    1024, 7 blocks: 0.25 -> 0.23 ms; 224 x 2304 by 2304 x 256, a 3x3 window, 0.49 -> 0.44)."""
     lines = step_blocks * _PREFETCHES * _PRODUCTS
     if (slot + 1) * lines // slots > slot * lines // slots:
         line = (slot + 1) * lines // slots - 1 + (column_tile + 2) * step_blocks * (
