@@ -386,6 +386,21 @@ _PART_LINES = STEPS // 2  # lines of 64 bytes in a tile of B
 _PREFETCHES = 2 * PARTS * _PART_LINES // _PRODUCTS  # a column pair's lines of a step block
 
 
+def _prefetch(line: tirx.PrimExpr) -> tirx.PrimExpr:
+    """A prefetch into L1 of the 64 bytes at ``line`` (a buffer's element)."""
+    return T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(line), T.int32(0),
+                              T.int32(3), T.int32(1))
+
+
+def _weight_line(b: tirx.Buffer, column_tile, step_block, line) -> tirx.PrimExpr:
+    """Line ``line`` of step block ``step_block`` of the weights' parts ``b``, counted from
+    column tile ``column_tile``'s first (PARTS x _PART_LINES a column tile, the next one's
+    after). A function, not an assignment in the macros: TVMScript makes an assigned value a
+    one-element buffer, a workspace the kernel stores to and loads from."""
+    return b[column_tile + line // (PARTS * _PART_LINES), step_block,
+             line % (PARTS * _PART_LINES) // _PART_LINES, line % _PART_LINES, 0]
+
+
 @T.macro
 def _prefetch_weights(b, column_tile, step_block, product):
     """After product ``product`` (0 to _PRODUCTS - 1) of a step block, a prefetch into L1 of
@@ -394,14 +409,18 @@ def _prefetch_weights(b, column_tile, step_block, product):
     weights from memory, 0.81 -> 0.72 ms; all at once after a step block's products, it slowed
     down (0.53 -> 0.55-0.69 ms), its tile loads then waiting behind the prefetches."""
     for share in T.unroll(_PREFETCHES):
-        line = product * _PREFETCHES + share  # of [column tile, part, row]
-        T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(
-            b[column_tile + line // (PARTS * _PART_LINES), step_block,
-              line % (PARTS * _PART_LINES) // _PART_LINES, line % _PART_LINES, 0]),
-            T.int32(0), T.int32(3), T.int32(1)))
+        T.evaluate(_prefetch(_weight_line(b, column_tile, step_block,
+                                          product * _PREFETCHES + share)))
 
 
 _SPREAD_BLOCKS = 5  # a task of columns with this many blocks of rows or more streams the next
+
+
+def _next_task_line(step_blocks, slot, slots):
+    """The next task's weight line (of its step_blocks x PARTS x _PART_LINES x 2, step block
+    by step block of its first column tile, then its second's) that product ``slot`` of
+    ``slots`` prefetches."""
+    return (slot + 1) * (step_blocks * _PREFETCHES * _PRODUCTS) // slots - 1
 
 
 @T.macro
@@ -412,14 +431,13 @@ def _prefetch_next_task(b, column_tile, step_blocks, slot, slots):
     the tile loads from L2 wait for (49 x 1024 by 1024 x 2048, 2 blocks, 4 lines a product:
     0.76 -> 0.91 ms from memory), while one at most gains (from memory, 196 x 256 by 256 x
     1024, 7 blocks: 0.25 -> 0.23 ms; 224 x 2304 by 2304 x 256, a 3x3 window, 0.49 -> 0.44)."""
-    lines = step_blocks * _PREFETCHES * _PRODUCTS
-    if (slot + 1) * lines // slots > slot * lines // slots:
-        line = (slot + 1) * lines // slots - 1 + (column_tile + 2) * step_blocks * (
-            PARTS * _PART_LINES)
-        T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(
-            b[line // (step_blocks * PARTS * _PART_LINES), line // (PARTS * _PART_LINES) %
-              step_blocks, line % (PARTS * _PART_LINES) // _PART_LINES, line % _PART_LINES, 0]),
-            T.int32(0), T.int32(3), T.int32(1)))
+    if _next_task_line(step_blocks, slot, slots) > _next_task_line(step_blocks, slot - 1, slots):
+        T.evaluate(_prefetch(b[
+            _next_task_line(step_blocks, slot, slots) // (step_blocks * PARTS * _PART_LINES) +
+            column_tile + 2, _next_task_line(step_blocks, slot, slots) // (
+                PARTS * _PART_LINES) % step_blocks, _next_task_line(step_blocks, slot, slots) %
+            (PARTS * _PART_LINES) // _PART_LINES, _next_task_line(step_blocks, slot, slots) %
+            _PART_LINES, 0]))
 
 
 @functools.cache
