@@ -219,14 +219,16 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
         root.mkdir(parents=True, exist_ok=True)
         bundle.export(executable, None, path)  # written beside and renamed into place
         write_atomically(root / f"{key}{_INFO_SUFFIX}", json.dumps(info).encode())
-        run_from_bundle(executable, path)
     except (OSError, OdlaError) as err:
         log.warning("engine cache %s not written (%s); the model compiles again next time",
                     root, getattr(err, "message", err))
         return
-    except RuntimeError as err:  # TVM cannot load what it wrote (an empty tensor did so)
+    try:
+        run_from_bundle(executable, path)
+    except (OSError, OdlaError, RuntimeError) as err:  # (TVM could not read an empty tensor)
         log.warning("engine cache entry %s does not load (%s); removed: the model runs from "
-                    "the build in hand and compiles again next time", path, err)
+                    "the build in hand and compiles again next time", path,
+                    getattr(err, "message", err))
         _remove(path)
         return
     evict(limit_bytes(), cache_dir, keep=path)

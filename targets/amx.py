@@ -432,12 +432,11 @@ def _prefetch_next_task(b, column_tile, step_blocks, slot, slots):
     0.76 -> 0.91 ms from memory), while one at most gains (from memory, 196 x 256 by 256 x
     1024, 7 blocks: 0.25 -> 0.23 ms; 224 x 2304 by 2304 x 256, a 3x3 window, 0.49 -> 0.44)."""
     if _next_task_line(step_blocks, slot, slots) > _next_task_line(step_blocks, slot - 1, slots):
-        T.evaluate(_prefetch(b[
-            _next_task_line(step_blocks, slot, slots) // (step_blocks * PARTS * _PART_LINES) +
-            column_tile + 2, _next_task_line(step_blocks, slot, slots) // (
-                PARTS * _PART_LINES) % step_blocks, _next_task_line(step_blocks, slot, slots) %
-            (PARTS * _PART_LINES) // _PART_LINES, _next_task_line(step_blocks, slot, slots) %
-            _PART_LINES, 0]))
+        T.evaluate(_prefetch(_weight_line(
+            b, column_tile + 2 + _next_task_line(step_blocks, slot, slots) // (
+                step_blocks * PARTS * _PART_LINES),
+            _next_task_line(step_blocks, slot, slots) // (PARTS * _PART_LINES) % step_blocks,
+            _next_task_line(step_blocks, slot, slots) % (PARTS * _PART_LINES))))
 
 
 @functools.cache

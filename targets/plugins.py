@@ -209,11 +209,11 @@ def _merged(mod: tvm.IRModule) -> tvm.IRModule | None:
         merged = relax.transform.MergeCompositeFunctions()(mod)
     except tvm.error.InternalError:  # the merge's own use-before-definition check
         return None
-    try:  # TVM 0.27 raises what it finds malformed, and answers None where it finds nothing
-        return None if relax.analysis.well_formed(relax.transform.Normalize()(merged)) is False \
-            else merged
+    try:  # TVM 0.27 raises what it finds malformed (and answers None where it finds nothing)
+        relax.analysis.well_formed(relax.transform.Normalize()(merged))
     except (TypeError, ValueError):
         return None
+    return merged
 
 
 def _required_ops(pattern: DFPattern) -> frozenset[str]:
