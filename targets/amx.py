@@ -36,10 +36,12 @@ pairs of reduction steps by 16 columns (each column's two steps side by side), t
 16 float32. A task computes 32 x 32 blocks of C, each in four tiles over the whole reduction:
 a block of rows across the columns where the weights' parts fit in L2 (a convolution's), else
 a block of columns down the rows (a transformer's weights, read once from memory a run); the
-tasks run in parallel, each configuring its thread's tiles (ldtilecfg) first. A task of
-columns prefetches its weights' next step block between the products of its first rows, which
-read them from memory (_prefetch_weights), and where it has many blocks of rows, the next
-task's weights over the others (_prefetch_next_task). Denormal parts count as zero (AMX's
+tasks run in parallel, each configuring its thread's tiles (ldtilecfg) first. Between the
+products of a step block, a share of the next step block's lines of both operands is
+prefetched into L1 (_prefetch_weights, prefetch_activations): the first rows of a task of
+columns read its weights from memory, and tile loads from L2 wait on it otherwise. A task of
+columns with many blocks of rows also prefetches the next task's weights over its later
+blocks (_prefetch_next_task). Denormal parts count as zero (AMX's
 rule), so inputs under 2^-110 or so lose their low parts, and the results flush to zero under
 float32's smallest normal.
 """
@@ -383,7 +385,8 @@ def _window_tile(a: tirx.Buffer, kernel: tuple, stride: int, width, channel_bloc
 
 _PRODUCTS = 24  # a step block's tile products: six part products of 2 x 2 tiles
 _PART_LINES = STEPS // 2  # lines of 64 bytes in a tile of B
-_PREFETCHES = 2 * PARTS * _PART_LINES // _PRODUCTS  # a column pair's lines of a step block
+_PREFETCHES = 2 * PARTS * _PART_LINES // _PRODUCTS  # a column (row) pair's step block's
+# lines, a product's share
 
 
 def _prefetch(line: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -407,7 +410,8 @@ def _prefetch_weights(b, column_tile, step_block, product):
     its share of step block ``step_block``'s weight lines. Spread between the products, the
     memory keeps streaming while the tiles multiply: the 49 x 1024 by 1024 x 2048 kernel, its
     weights from memory, 0.81 -> 0.72 ms; all at once after a step block's products, it slowed
-    down (0.53 -> 0.55-0.69 ms), its tile loads then waiting behind the prefetches."""
+    down (0.53 -> 0.55-0.69 ms), its tile loads then waiting behind the prefetches. Weights
+    read from L2 gain too (the tile loads wait on L2 otherwise; with the activations', below)."""
     for share in T.unroll(_PREFETCHES):
         T.evaluate(_prefetch(_weight_line(b, column_tile, step_block,
                                           product * _PREFETCHES + share)))
@@ -455,10 +459,30 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
             return (2 * pairs(rows), step_blocks, PARTS, ROWS, STEPS)
         return (window[1] ** 2, a_rows, channel_blocks, PARTS, STEPS)
 
-    def a_tile(a, first_row, step_block, part, width, channel_blocks):
+    def a_row(a, row, step_block, part, width, channel_blocks):
+        """A's first element of part ``part`` of step block ``step_block`` for row ``row``: a
+        tile's first row, or any one row of it, which its tile load reads ``a_stride`` on."""
         if window is None:
-            return a[first_row // ROWS, step_block, part, 0, 0]
-        return _window_tile(a, *window, width, channel_blocks, first_row, step_block, part)
+            return a[row // ROWS, step_block, part, row % ROWS, 0]
+        return _window_tile(a, *window, width, channel_blocks, row, step_block, part)
+
+    def activation_line(a, row_tile, step_block, line, width, channel_blocks):
+        """Line ``line`` of the activations' step block ``step_block`` for row tiles
+        ``row_tile`` and the next, in the order of _weight_line's (tile by tile, part by
+        part, row by row)."""
+        return a_row(a, (row_tile + line // (PARTS * _PART_LINES)) * ROWS + line % _PART_LINES,
+                     step_block, line % (PARTS * _PART_LINES) // _PART_LINES, width,
+                     channel_blocks)
+
+    @T.macro
+    def prefetch_activations(a, row_tile, step_block, product, width, channel_blocks):
+        """_prefetch_weights' share of the activations' lines: tile loads from L2 wait on
+        it, from L1 much less (ResNet-50, tuned pure TVM, with the weights' prefetches in
+        every block too: 25.54 -> 24.02 ms)."""
+        for share in T.unroll(_PREFETCHES):
+            T.evaluate(_prefetch(activation_line(a, row_tile, step_block,
+                                                 product * _PREFETCHES + share, width,
+                                                 channel_blocks)))
 
     def a_stride(channel_blocks):  # bytes from a tile's row to the next
         return T.int64(tile_bytes) if window is None else channel_blocks * (tile_bytes * PARTS)
@@ -501,10 +525,10 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
                 for step_block in range(step_blocks):
                     # Tiles 4, 5: A's two row tiles; 6, 7: B's two column tiles; 0-3: C.
                     for pa in T.unroll(PARTS):
-                        T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(a_tile(
+                        T.evaluate(_intrinsic("tileloadd64", T.int8(4), T.address_of(a_row(
                             a, row_tile * ROWS, step_block, pa, width, channel_blocks)),
                             a_stride(channel_blocks)))
-                        T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(a_tile(
+                        T.evaluate(_intrinsic("tileloadd64", T.int8(5), T.address_of(a_row(
                             a, row_tile * ROWS + ROWS, step_block, pa, width, channel_blocks)),
                             a_stride(channel_blocks)))
                         for pb in T.unroll(PARTS):
@@ -516,11 +540,13 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
                                 for product in T.unroll(4):  # C tile: A tile 4 + row, B 6 + column
                                     T.evaluate(_intrinsic("tdpbf16ps", T.int8(product), T.int8(
                                         4 + product // 2), T.int8(6 + product % 2)))
-                                    if not rows_outer and block == 0 and \
-                                            step_block + 1 < step_blocks:
+                                    if step_block + 1 < step_blocks:
                                         # (pa, pb)'s index among the six, in this order
                                         _prefetch_weights(b, column_tile, step_block + 1, (
                                             pa * PARTS - pa * (pa - 1) // 2 + pb) * 4 + product)
+                                        prefetch_activations(a, row_tile, step_block + 1, (
+                                            pa * PARTS - pa * (pa - 1) // 2 + pb) * 4 + product,
+                                            width, channel_blocks)
                                     if not rows_outer and block > 0 and blocks(
                                             rows, columns) >= _SPREAD_BLOCKS and \
                                             task + 1 < tasks(rows, columns):
