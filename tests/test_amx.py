@@ -3,6 +3,7 @@ kernels lay them out as AMX reads them, and where the host has AMX a matmul by c
 weights computes on it with float32's accuracy (against float64 NumPy) and float32's
 infinities and NaNs."""
 
+import itertools
 import math
 import os
 import subprocess
@@ -12,7 +13,9 @@ import textwrap
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
+import tvm_ffi
+from tvm import relax, tirx
+from tvm.target.codegen import llvm_lookup_intrinsic_id
 
 import targets
 from targets import amx
@@ -184,6 +187,88 @@ def test_a_parts_kernel_reads_nothing_outside_its_input(case):
 ])
 def test_an_amx_product_touches_nothing_outside_its_operands(case):
     run_guarded(case)
+
+
+def _intrinsic_calls(stmt, scalars, loops, conditions, found):
+    """Into ``found``: the kernel's LLVM intrinsic calls, each with the scalars stored before it
+    (TVMScript's assigned values: one-element buffers, by name), its loops and its conditions."""
+    if isinstance(stmt, tirx.SeqStmt):
+        scalars = dict(scalars)
+        for inner in stmt.seq:
+            _intrinsic_calls(inner, scalars, loops, conditions, found)
+    elif isinstance(stmt, tirx.BufferStore) and [int(d) for d in stmt.buffer.shape] == [1]:
+        scalars[stmt.buffer.name] = stmt.value
+    elif isinstance(stmt, tirx.For):
+        _intrinsic_calls(stmt.body, scalars, loops + [stmt], conditions, found)
+    elif isinstance(stmt, tirx.IfThenElse):
+        _intrinsic_calls(stmt.then_case, scalars, loops, conditions + [stmt.condition], found)
+        if stmt.else_case is not None:
+            _intrinsic_calls(stmt.else_case, scalars, loops,
+                             conditions + [tirx.Not(stmt.condition)], found)
+    elif isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.expr.Call):
+        if stmt.value.op.name == "tirx.call_llvm_intrin":
+            found.append((stmt.value, scalars, loops, conditions))
+    elif hasattr(stmt, "body"):
+        _intrinsic_calls(stmt.body, scalars, loops, conditions, found)
+
+
+def lines_at(kernel, task, block, step_block):
+    """What task ``task`` does at step block ``step_block`` of its block ``block``: the set of
+    (operand, 64-byte line) its tile loads read, and the list of those it prefetches."""
+    prefetch, tile_load = (llvm_lookup_intrinsic_id(name)
+                           for name in ("llvm.prefetch.p0", "llvm.x86.tileloadd64"))
+    found = []
+    _intrinsic_calls(kernel.body, {}, [], [], found)
+    analyzer = tvm.sym.Analyzer()
+    fixed = {"task": task, "block": block, "step_block": step_block}
+    read, prefetched = set(), []
+    for call, scalars, loops, conditions in found:
+        if int(call.args[0]) not in (prefetch, tile_load):
+            continue
+        unrolled = [loop for loop in loops if loop.loop_var.name not in fixed]
+        for values in itertools.product(*[range(int(loop.extent)) for loop in unrolled]):
+            value_of = {loop.loop_var: tirx.const(fixed.get(loop.loop_var.name, 0),
+                                                  loop.min.ty.dtype) for loop in loops}
+            value_of.update({loop.loop_var: tirx.const(value, loop.min.ty.dtype)
+                             for loop, value in zip(unrolled, values)})
+
+            def known(expr):
+                return analyzer.simplify(tvm_ffi.structural_map(expr, [
+                    (tvm.ir.expr.TensorLoad, lambda load: known(scalars[load.source.name])
+                     if load.source.name in scalars else load),
+                    (tirx.Var, lambda var: value_of.get(var, var))]))
+
+            if not all(int(known(condition)) for condition in conditions):
+                continue
+            load = call.args[1 if int(call.args[0]) == prefetch else 2].args[0]  # address_of's
+            shape = [int(d) for d in load.source.shape]
+            element = sum(int(known(index)) * math.prod(shape[axis + 1:])
+                          for axis, index in enumerate(load.indices))
+            if int(call.args[0]) == prefetch:
+                prefetched.append((load.source.name, element * 2 // 64))
+            else:  # 16 rows, call.args[3] bytes apart
+                read.update((load.source.name, (element * 2 + row * int(known(call.args[3])))
+                             // 64) for row in range(amx.ROWS))
+    return read, prefetched
+
+
+@pytest.mark.parametrize("sizes", [
+    (784, 512, 128, None),  # tasks of rows
+    (49, 1024, 2048, None),  # tasks of columns
+    (3248, 576, 64, amx.Window(1, 58, 58, 2, (3, 3), 1)),  # tasks of rows, a 3x3 window
+    (224, 2304, 256, amx.Window(1, 16, 16, 8, (3, 3), 1)),  # tasks of columns, a 3x3 window
+])
+def test_each_step_block_prefetches_the_next_ones_lines(sizes):
+    """Runs on any CPU (the kernel's TIR, evaluated at a task's first block): between a step
+    block's products, the prefetches are the lines of both operands that the next step block's
+    tile loads read, each once, a window's rows included; the last step block prefetches none.
+    Tile loads from L2 waited on it otherwise (ResNet-50 25.10 -> 23.21 ms on a 2-core Xeon)."""
+    kernel = amx.amx_kernel(*sizes)
+    read_next, _ = lines_at(kernel, 0, 0, 1)
+    _, prefetched = lines_at(kernel, 0, 0, 0)
+    assert {operand for operand, _ in read_next} == {"a", "b"}
+    assert sorted(prefetched) == sorted(read_next)
+    assert lines_at(kernel, 0, 0, -(-sizes[1] // amx.STEPS) - 1)[1] == []
 
 
 def test_weight_tiles_pair_two_reduction_steps_per_column():
