@@ -389,10 +389,11 @@ _PREFETCHES = 2 * PARTS * _PART_LINES // _PRODUCTS  # a column (row) pair's step
 # lines, a product's share
 
 
-def _prefetch(line: tirx.PrimExpr) -> tirx.PrimExpr:
-    """A prefetch into L1 of the 64 bytes at ``line`` (a buffer's element)."""
-    return T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(line), T.int32(0),
-                              T.int32(3), T.int32(1))
+def _prefetch(line: tirx.PrimExpr, write: bool = False) -> tirx.PrimExpr:
+    """A prefetch into L1 of the 64 bytes at ``line`` (a buffer's element), to be read, or
+    written (owned by this core first)."""
+    return T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(line),
+                              T.int32(int(write)), T.int32(3), T.int32(1))
 
 
 def _weight_line(b: tirx.Buffer, column_tile, step_block, line) -> tirx.PrimExpr:
@@ -415,6 +416,31 @@ def _prefetch_weights(b, column_tile, step_block, product):
     for share in T.unroll(_PREFETCHES):
         T.evaluate(_prefetch(_weight_line(b, column_tile, step_block,
                                           product * _PREFETCHES + share)))
+
+
+_OUTPUT_LINES = 2 * ROWS * 2  # a block of C's lines: 32 rows of 32 float32
+_OUTPUT_PREFETCHES = -(-_OUTPUT_LINES // _PRODUCTS)  # a product's share of them
+
+
+def _output_line(c: tirx.Buffer, row_tile, column_tile, line, rows, columns) -> tirx.PrimExpr:
+    """Line ``line`` of C's block at ``row_tile``, ``column_tile`` (two a row); past C's edge,
+    its last row's or column's."""
+    return c[T.min(row_tile * ROWS + line // 2, rows - 1),
+             T.min(column_tile * COLUMNS + line % 2 * COLUMNS, columns - 1)]
+
+
+@T.macro
+def _prefetch_output(c, row_tile, column_tile, product, rows, columns):
+    """During a block's last step block, after product ``product``, a prefetch for writing of
+    a share of the block's lines of C, which its tile stores then find in L1 rather than read
+    for ownership from L2 or memory as they store (alternated with the kernels before: ResNet-50
+    23.66 -> 23.13, 23.38 -> 23.16 and 23.24 -> 23.00 ms; BERT-base 63.46 -> 61.96 and 65.31 ->
+    63.92). One step block earlier was no faster."""
+    for share in T.unroll(_OUTPUT_PREFETCHES):
+        if product * _OUTPUT_PREFETCHES + share < _OUTPUT_LINES:
+            T.evaluate(_prefetch(_output_line(c, row_tile, column_tile,
+                                              product * _OUTPUT_PREFETCHES + share, rows,
+                                              columns), write=True))
 
 
 _SPREAD_BLOCKS = 5  # a task of columns with this many blocks of rows or more streams the next
@@ -551,6 +577,10 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
                                         prefetch_activations(a, row_tile, step_block + 1,
                                                              product_slot(pa, pb, product),
                                                              width, channel_blocks)
+                                    else:
+                                        _prefetch_output(c, row_tile, column_tile,
+                                                         product_slot(pa, pb, product), rows,
+                                                         columns)
                                     if not rows_outer and block > 0 and blocks(
                                             rows, columns) >= _SPREAD_BLOCKS and \
                                             task + 1 < tasks(rows, columns):

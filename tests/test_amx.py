@@ -213,17 +213,19 @@ def _intrinsic_calls(stmt, scalars, loops, conditions, found):
 
 
 def lines_at(kernel, task, block, step_block):
-    """What task ``task`` does at step block ``step_block`` of its block ``block``: the set of
-    (operand, 64-byte line) its tile loads read, and the list of those it prefetches."""
-    prefetch, tile_load = (llvm_lookup_intrinsic_id(name)
-                           for name in ("llvm.prefetch.p0", "llvm.x86.tileloadd64"))
+    """What task ``task`` does at step block ``step_block`` of its block ``block``, as sets of
+    (buffer, 64-byte line): the lines its tile loads read and those its block's tile stores
+    write; and the list of (buffer, line, for writing) it prefetches."""
+    prefetch, tile_load, tile_store = (llvm_lookup_intrinsic_id(f"llvm.{name}") for name in (
+        "prefetch.p0", "x86.tileloadd64", "x86.tilestored64"))
     found = []
     _intrinsic_calls(kernel.body, {}, [], [], found)
     analyzer = tvm.sym.Analyzer()
     fixed = {"task": task, "block": block, "step_block": step_block}
-    read, prefetched = set(), []
+    read, stored, prefetched = set(), set(), []
     for call, scalars, loops, conditions in found:
-        if int(call.args[0]) not in (prefetch, tile_load):
+        intrinsic = int(call.args[0])
+        if intrinsic not in (prefetch, tile_load, tile_store):
             continue
         unrolled = [loop for loop in loops if loop.loop_var.name not in fixed]
         for values in itertools.product(*[range(int(loop.extent)) for loop in unrolled]):
@@ -240,16 +242,17 @@ def lines_at(kernel, task, block, step_block):
 
             if not all(int(known(condition)) for condition in conditions):
                 continue
-            load = call.args[1 if int(call.args[0]) == prefetch else 2].args[0]  # address_of's
+            load = call.args[1 if intrinsic == prefetch else 2].args[0]  # address_of's
             shape = [int(d) for d in load.source.shape]
-            element = sum(int(known(index)) * math.prod(shape[axis + 1:])
-                          for axis, index in enumerate(load.indices))
-            if int(call.args[0]) == prefetch:
-                prefetched.append((load.source.name, element * 2 // 64))
+            byte = load.ty.dtype.bits // 8 * sum(int(known(index)) * math.prod(
+                shape[axis + 1:]) for axis, index in enumerate(load.indices))
+            if intrinsic == prefetch:
+                prefetched.append((load.source.name, byte // 64, int(call.args[2])))
             else:  # 16 rows, call.args[3] bytes apart
-                read.update((load.source.name, (element * 2 + row * int(known(call.args[3])))
-                             // 64) for row in range(amx.ROWS))
-    return read, prefetched
+                (read if intrinsic == tile_load else stored).update(
+                    (load.source.name, (byte + row * int(known(call.args[3]))) // 64)
+                    for row in range(amx.ROWS))
+    return read, stored, prefetched
 
 
 @pytest.mark.parametrize("sizes", [
@@ -258,17 +261,20 @@ def lines_at(kernel, task, block, step_block):
     (3248, 576, 64, amx.Window(1, 58, 58, 2, (3, 3), 1)),  # tasks of rows, a 3x3 window
     (224, 2304, 256, amx.Window(1, 16, 16, 8, (3, 3), 1)),  # tasks of columns, a 3x3 window
 ])
-def test_each_step_block_prefetches_the_next_ones_lines(sizes):
+def test_each_step_block_prefetches_what_the_next_one_reads(sizes):
     """Runs on any CPU (the kernel's TIR, evaluated at a task's first block): between a step
     block's products, the prefetches are the lines of both operands that the next step block's
-    tile loads read, each once, a window's rows included; the last step block prefetches none.
-    Tile loads from L2 waited on it otherwise (ResNet-50 25.10 -> 23.21 ms on a 2-core Xeon)."""
+    tile loads read, each once, a window's rows included, and in the last step block, the
+    lines of C the block's tile stores write, for writing. The tile loads waited on L2
+    otherwise (ResNet-50 25.10 -> 23.21 ms on a 2-core Xeon)."""
     kernel = amx.amx_kernel(*sizes)
-    read_next, _ = lines_at(kernel, 0, 0, 1)
-    _, prefetched = lines_at(kernel, 0, 0, 0)
+    read_next = lines_at(kernel, 0, 0, 1)[0]
     assert {operand for operand, _ in read_next} == {"a", "b"}
-    assert sorted(prefetched) == sorted(read_next)
-    assert lines_at(kernel, 0, 0, -(-sizes[1] // amx.STEPS) - 1)[1] == []
+    assert sorted(lines_at(kernel, 0, 0, 0)[2]) == sorted(
+        (operand, line, 0) for operand, line in read_next)
+    _, stored, prefetched = lines_at(kernel, 0, 0, -(-sizes[1] // amx.STEPS) - 1)
+    assert len(stored) == 2 * amx.ROWS * 2 and {buffer for buffer, _ in stored} == {"c"}
+    assert sorted(prefetched) == sorted((buffer, line, 1) for buffer, line in stored)
 
 
 def test_weight_tiles_pair_two_reduction_steps_per_column():
