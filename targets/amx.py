@@ -39,9 +39,10 @@ a block of columns down the rows (a transformer's weights, read once from memory
 tasks run in parallel, each configuring its thread's tiles (ldtilecfg) first. Between the
 products of a step block, a share of the next step block's lines of both operands is
 prefetched into L1 (_prefetch_weights, prefetch_activations): the first rows of a task of
-columns read its weights from memory, and tile loads from L2 wait on it otherwise. A task of
-columns with many blocks of rows also prefetches the next task's weights over its later
-blocks (_prefetch_next_task). Denormal parts count as zero (AMX's
+columns read its weights from memory, and tile loads from L2 wait on it otherwise; in a
+block's last step block, its lines of C, for writing (_prefetch_output). A task of columns
+with many blocks of rows also prefetches the next task's weights over its later blocks
+(_prefetch_next_task). Denormal parts count as zero (AMX's
 rule), so inputs under 2^-110 or so lose their low parts, and the results flush to zero under
 float32's smallest normal.
 """
@@ -423,8 +424,8 @@ _OUTPUT_PREFETCHES = -(-_OUTPUT_LINES // _PRODUCTS)  # a product's share of them
 
 
 def _output_line(c: tirx.Buffer, row_tile, column_tile, line, rows, columns) -> tirx.PrimExpr:
-    """Line ``line`` of C's block at ``row_tile``, ``column_tile`` (two a row); past C's edge,
-    its last row's or column's."""
+    """Line ``line`` of C's block at ``row_tile``, ``column_tile`` (two lines a row of 32
+    float32); past C's edge, its last row's or column's."""
     return c[T.min(row_tile * ROWS + line // 2, rows - 1),
              T.min(column_tile * COLUMNS + line % 2 * COLUMNS, columns - 1)]
 
