@@ -388,8 +388,12 @@ def test_two_products_with_an_activation_between_match_float64(activation,
 
 
 @needs_amx
-@pytest.mark.parametrize("x_shape, columns", [((64, 96), 64), ((2, 37, 72), 50),
-                                              ((1, 128, 768), 96)])
+@pytest.mark.parametrize("x_shape, columns", [
+    ((64, 96), 64), ((2, 37, 72), 50), ((1, 128, 768), 96),
+    # Fewer columns than a block, in tasks of rows: every block goes through the stack's
+    # staged block, which TVM shrinks to what its reads cover where it can bound them, though
+    # the tile stores write all of it (a prototype crashed so).
+    ((300, 64), 16)])
 def test_amx_matmul_has_float32_accuracy(x_shape, columns, small_products_on_amx):
     weight = (RNG.standard_normal((x_shape[-1], columns)) * 0.05).astype(np.float32)
     x = RNG.standard_normal(x_shape).astype(np.float32)
