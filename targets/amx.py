@@ -397,13 +397,20 @@ def _prefetch(line: tirx.PrimExpr, write: bool = False) -> tirx.PrimExpr:
                               T.int32(int(write)), T.int32(3), T.int32(1))
 
 
+def _tile_part_row(line) -> tuple:
+    """(tile of the pair, part, row) of line ``line`` of a pair of tiles' step block, counted
+    tile by tile, part by part, row by row. A function, not an assignment in the macros:
+    TVMScript makes an assigned value a one-element buffer, a workspace the kernel stores to
+    and loads from."""
+    return (line // (PARTS * _PART_LINES), line % (PARTS * _PART_LINES) // _PART_LINES,
+            line % _PART_LINES)
+
+
 def _weight_line(b: tirx.Buffer, column_tile, step_block, line) -> tirx.PrimExpr:
-    """Line ``line`` of step block ``step_block`` of the weights' parts ``b``, counted from
-    column tile ``column_tile``'s first (PARTS x _PART_LINES a column tile, the next one's
-    after). A function, not an assignment in the macros: TVMScript makes an assigned value a
-    one-element buffer, a workspace the kernel stores to and loads from."""
-    return b[column_tile + line // (PARTS * _PART_LINES), step_block,
-             line % (PARTS * _PART_LINES) // _PART_LINES, line % _PART_LINES, 0]
+    """Line ``line`` (_tile_part_row's count) of step block ``step_block`` of the weights'
+    parts ``b`` for column tiles ``column_tile`` and the next."""
+    tile, part, row = _tile_part_row(line)
+    return b[column_tile + tile, step_block, part, row, 0]
 
 
 @T.macro
@@ -494,12 +501,10 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
         return _window_tile(a, *window, width, channel_blocks, row, step_block, part)
 
     def activation_line(a, row_tile, step_block, line, width, channel_blocks):
-        """Line ``line`` of the activations' step block ``step_block`` for row tiles
-        ``row_tile`` and the next, in the order of _weight_line's (tile by tile, part by
-        part, row by row)."""
-        return a_row(a, (row_tile + line // (PARTS * _PART_LINES)) * ROWS + line % _PART_LINES,
-                     step_block, line % (PARTS * _PART_LINES) // _PART_LINES, width,
-                     channel_blocks)
+        """Line ``line`` (_tile_part_row's count) of the activations' step block
+        ``step_block`` for row tiles ``row_tile`` and the next."""
+        tile, part, row = _tile_part_row(line)
+        return a_row(a, (row_tile + tile) * ROWS + row, step_block, part, width, channel_blocks)
 
     @T.macro
     def prefetch_activations(a, row_tile, step_block, product, width, channel_blocks):
