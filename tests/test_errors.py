@@ -257,6 +257,20 @@ def test_device_and_mode_errors(scale_model):
         odla.compile_computation(comp, device)
 
 
+def test_devices_are_named_by_strings_and_a_wrong_name_lists_the_valid_ones(scale_model):
+    comp, x, y, exe = scale_model
+    assert odla.allocate_device(device_name="INTEL_X86").name == odla.DeviceName.INTEL_X86
+    assert odla.allocate_device(device_name="intel_x86").name == odla.DeviceName.INTEL_X86
+    assert odla.allocate_device(device_name="CPU").name == odla.DeviceName.DEFAULT
+    with expect_error(Status.UNSUPPORTED_DEVICE_TYPE, "'TPU'", "INTEL_X86", "INTEL_DNNL"):
+        odla.allocate_device(device_name="TPU")
+    with expect_error(Status.UNSUPPORTED_DEVICE_TYPE, "NVIDIA_GPU", "available"):
+        odla.allocate_device(device_name="GPU")
+    session = odla.Session(comp, "INTEL_X86")
+    (out,) = session.run({x.id: np.ones((2, 3), np.float32)})
+    assert out.shape == (2, 3) and out.dtype == np.float32
+
+
 def test_session_feed_errors(scale_model):
     comp, x, y, exe = scale_model
     session = odla.Session(exe)
@@ -284,7 +298,7 @@ def test_session_feed_errors(scale_model):
     lambda: odla.get_num_of_outputs_from_executable(None),
     lambda: odla.get_value_data(None),
     lambda: odla.get_runtime_shape("ctx", None),
-    lambda: odla.compile_computation(odla.create_computation(), "cpu"),
+    lambda: odla.compile_computation(odla.create_computation(), 3.5),
     lambda: odla.store_executable("x.odla", None),
     lambda: odla.ValueType(99, (1,)),
     lambda: odla.ValueShape((1, -2)),
