@@ -361,6 +361,11 @@ class ValueShape:
             d == -1 or d == c for d, c in zip(self.dims, concrete)
         )
 
+    @property
+    def any_size_note(self) -> str:
+        """What an error message adds after these dims: the meaning of -1, where one is."""
+        return " (-1: any size)" if self.is_dynamic else ""
+
     def __iter__(self):
         return iter(self.dims)
 

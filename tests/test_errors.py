@@ -80,6 +80,24 @@ def test_bound_array_of_wrong_shape_or_dtype(scale_model, data, fragments):
         odla.Session(exe).run({"x": data})
 
 
+def test_a_shape_error_explains_minus_one_only_where_the_shape_has_one(scale_model):
+    comp, x, y, exe = scale_model
+    with pytest.raises(odla.OdlaError) as err:
+        odla.bind_to_argument(x, np.zeros((3, 3), np.float32), odla.create_context())
+    assert "expected (2, 3)" in str(err.value) and "-1" not in str(err.value)
+    with pytest.raises(odla.OdlaError, match=r"expected \(-1, 3\) \(-1: any size\)"):
+        odla.bind_to_argument(
+            odla.create_argument(VT(E.FLOAT32, (-1, 3)), "d"), np.zeros(3, np.float32),
+            odla.create_context())
+
+
+def test_an_empty_model_file_is_named_in_its_error(tmp_path):
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with expect_error(Status.INVALID_PARAM, repr(str(path)), "no graph"):
+        odla.Session.from_onnx(path)
+
+
 def test_output_buffer_of_wrong_size_or_kind(scale_model):
     comp, x, y, exe = scale_model
     ctx = odla.create_context()
