@@ -31,7 +31,7 @@ from .executable import (
     file_sha256,
 )
 from .tuning import target_spec
-from .types import ElementType, OdlaError, Status, numpy_dtype
+from .types import ElementType, OdlaError, Status, ValueShape, numpy_dtype
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,8 @@ def _readme(manifest: dict, spec: targets.TargetSpec, with_runner: bool) -> str:
         f"  bin/odla_runner . OUTPUT_DIR [--repeat N] {inputs}",
         "",
         "inputs (.npy files, in this order):",
-        *[f"  {s['name']}: {_dtype(s)} {tuple(s['type']['dims'])} (-1: any size)"
+        *[f"  {s['name']}: {_dtype(s)} {tuple(s['type']['dims'])}"
+          f"{ValueShape(s['type']['dims']).any_size_note}"
           for s in manifest["args"]],
         "outputs (written as OUTPUT_DIR/<name>.npy):",
         *[f"  {s['name']}: {_dtype(s)} {tuple(s['type']['dims'])}" for s in manifest["outputs"]],

@@ -486,7 +486,7 @@ def checked_array(data, value_type: ValueType, what: str, shape=None) -> np.ndar
     if not expected.matches(array.shape):
         raise OdlaError(
             Status.INVALID_PARAM,
-            f"{what} has shape {array.shape}; expected {expected.dims} (-1: any size)",
+            f"{what} has shape {array.shape}; expected {expected.dims}{expected.any_size_note}",
         )
     return array
 

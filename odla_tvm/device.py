@@ -100,9 +100,21 @@ def _device_target(device_name: DeviceName) -> targets.TargetSpec:
     return targets.plugin_target(plugin.name)
 
 
+# What users of other runtimes call a device (onnxruntime's and ONNX's "CPU" and "CUDA").
+DEVICE_ALIASES = {"CPU": DeviceName.DEFAULT, "GPU": DeviceName.NVIDIA_GPU,
+                  "CUDA": DeviceName.NVIDIA_GPU}
+
+
+def device_name_of(value) -> DeviceName:
+    """An ODLA DeviceName from a member, its number, its name or an alias of DEVICE_ALIASES."""
+    if isinstance(value, str) and value.strip().upper() in DEVICE_ALIASES:
+        return DEVICE_ALIASES[value.strip().upper()]
+    return odla_enum(DeviceName, value, "device name", Status.UNSUPPORTED_DEVICE_TYPE)
+
+
 def allocate_device(vendor=None, device_name: DeviceName = DeviceName.DEFAULT,
                     device_idx: int = 0) -> Device:
-    device_name = odla_enum(DeviceName, device_name, "device name", Status.UNSUPPORTED_DEVICE_TYPE)
+    device_name = device_name_of(device_name)
     spec = _device_target(device_name)
     if device_idx != 0:
         raise OdlaError(
@@ -117,9 +129,12 @@ def default_device() -> Device:
 
 
 def checked_device(device) -> Device:
+    """``device`` itself, or the device allocated for None (DEFAULT) or a device name."""
     if device is None:
         return default_device()
-    checked(device, Device, "device", "a Device from allocate_device()")
+    if isinstance(device, (str, DeviceName)):
+        return allocate_device(device_name=device)
+    checked(device, Device, "device", "a Device from allocate_device() or a device name")
     if device.destroyed:
         raise OdlaError(Status.INVALID_PARAM, f"{device!r} was destroyed; allocate a new one")
     return device

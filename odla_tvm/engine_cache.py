@@ -65,16 +65,17 @@ def model_digest(model, input_data=None, cache_dir=None) -> str | None:
     file_digest)."""
     import numpy as np
 
-    digest = hashlib.sha256()
+    # The content's sha256 however the model is given, so a path and its bytes share a key.
     if isinstance(model, (bytes, bytearray, memoryview)):
-        digest.update(model)
+        content = hashlib.sha256(model).hexdigest()
     elif hasattr(model, "SerializeToString"):
-        digest.update(model.SerializeToString())
+        content = hashlib.sha256(model.SerializeToString()).hexdigest()
     else:
         try:
-            digest.update(file_digest(os.fspath(model), cache_dir).encode())
+            content = file_digest(os.fspath(model), cache_dir)
         except (OSError, TypeError):
             return None
+    digest = hashlib.sha256(content.encode())
     for name in sorted(input_data or {}):
         array = np.ascontiguousarray(input_data[name])
         digest.update(f"{name}:{array.dtype}:{array.shape}".encode())

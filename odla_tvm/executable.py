@@ -199,7 +199,7 @@ def bound_inputs(args: list[Value], ctx: Context, runner: str) -> list[np.ndarra
             raise OdlaError(
                 Status.INVALID_PARAM,
                 f"data bound to {arg.id!r} is {data.dtype}{list(data.shape)}; expected "
-                f"{arg.type.dtype}{list(arg.shape.dims)} (-1: any size)",
+                f"{arg.type.dtype}{list(arg.shape.dims)}{arg.shape.any_size_note}",
             )
         inputs.append(data)
     return inputs

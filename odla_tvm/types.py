@@ -361,6 +361,11 @@ class ValueShape:
             d == -1 or d == c for d, c in zip(self.dims, concrete)
         )
 
+    @property
+    def any_size_note(self) -> str:
+        """What an error message adds after these dims: the meaning of -1, where one is."""
+        return " (-1: any size)" if self.is_dynamic else ""
+
     def __iter__(self):
         return iter(self.dims)
 
@@ -429,10 +434,17 @@ def check_count(value, minimum: int, what: str) -> None:
 
 
 def odla_enum(enum_cls, value, what: str, status: Status = Status.INVALID_PARAM):
-    """``value`` as a member of ODLA enum ``enum_cls``; else an error listing the range."""
-    try:
-        return enum_cls(value)
-    except ValueError:
-        raise OdlaError(
-            status, f"{what} is {value!r}; expected an ODLA {enum_cls.__name__} (0..{len(enum_cls) - 1})"
-        ) from None
+    """``value`` (a member, its number or its name in any case) as a member of ODLA enum
+    ``enum_cls``; else an error listing the valid names."""
+    if isinstance(value, str):
+        member = enum_cls.__members__.get(value.strip().upper())
+        if member is not None:
+            return member
+    else:
+        try:
+            return enum_cls(value)
+        except (ValueError, TypeError):
+            pass
+    names = ", ".join(enum_cls.__members__)
+    raise OdlaError(status, f"{what} is {value!r}; expected one of {names} "
+                            f"(or their numbers 0..{len(enum_cls) - 1})")

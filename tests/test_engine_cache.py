@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 import targets
 from odla_tvm import engine_cache
+from odla_tvm import session as session_module
 from odla_tvm.cli import main as cli
 from odla_tvm.device import default_plugin_missing
 from odla_tvm.frontends import onnx as onnx_frontend
@@ -63,6 +64,24 @@ def test_second_load_reads_the_engine_without_compiling(tmp_path, monkeypatch):
     np.testing.assert_array_equal(first, second)
     np.testing.assert_allclose(second, reference(X), rtol=1e-5, atol=1e-6)
     assert second.dtype == np.float32 and second.shape == (2, 3)
+
+
+def test_a_model_given_as_path_bytes_or_proto_shares_one_entry(tmp_path, monkeypatch):
+    path, reference = _mlp(tmp_path / "m.onnx")
+    (first,) = _load(path, tmp_path / "cache").run({"x": X})
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the model was compiled again")
+
+    # Bytes never seen are imported while they are digested; what a hit skips is the compile.
+    monkeypatch.setattr(session_module, "compile_outputs", refuse)
+    with open(path, "rb") as f:
+        data = f.read()
+    for model in (data, onnx.load_from_string(data)):
+        (again,) = _load(model, tmp_path / "cache").run({"x": X})
+        np.testing.assert_array_equal(first, again)
+    assert len(engine_cache.entries(tmp_path / "cache")) == 1
+    np.testing.assert_allclose(first, reference(X), rtol=1e-5, atol=1e-6)
 
 
 def test_a_model_with_an_empty_constant_is_kept_and_loads_again(tmp_path):

@@ -80,6 +80,24 @@ def test_bound_array_of_wrong_shape_or_dtype(scale_model, data, fragments):
         odla.Session(exe).run({"x": data})
 
 
+def test_a_shape_error_explains_minus_one_only_where_the_shape_has_one(scale_model):
+    comp, x, y, exe = scale_model
+    with pytest.raises(odla.OdlaError) as err:
+        odla.bind_to_argument(x, np.zeros((3, 3), np.float32), odla.create_context())
+    assert "expected (2, 3)" in str(err.value) and "-1" not in str(err.value)
+    with pytest.raises(odla.OdlaError, match=r"expected \(-1, 3\) \(-1: any size\)"):
+        odla.bind_to_argument(
+            odla.create_argument(VT(E.FLOAT32, (-1, 3)), "d"), np.zeros(3, np.float32),
+            odla.create_context())
+
+
+def test_an_empty_model_file_is_named_in_its_error(tmp_path):
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with expect_error(Status.INVALID_PARAM, repr(str(path)), "no graph"):
+        odla.Session.from_onnx(path)
+
+
 def test_output_buffer_of_wrong_size_or_kind(scale_model):
     comp, x, y, exe = scale_model
     ctx = odla.create_context()
@@ -257,6 +275,20 @@ def test_device_and_mode_errors(scale_model):
         odla.compile_computation(comp, device)
 
 
+def test_devices_are_named_by_strings_and_a_wrong_name_lists_the_valid_ones(scale_model):
+    comp, x, y, exe = scale_model
+    assert odla.allocate_device(device_name="INTEL_X86").name == odla.DeviceName.INTEL_X86
+    assert odla.allocate_device(device_name="intel_x86").name == odla.DeviceName.INTEL_X86
+    assert odla.allocate_device(device_name="CPU").name == odla.DeviceName.DEFAULT
+    with expect_error(Status.UNSUPPORTED_DEVICE_TYPE, "'TPU'", "INTEL_X86", "INTEL_DNNL"):
+        odla.allocate_device(device_name="TPU")
+    with expect_error(Status.UNSUPPORTED_DEVICE_TYPE, "NVIDIA_GPU", "available"):
+        odla.allocate_device(device_name="GPU")
+    session = odla.Session(comp, "INTEL_X86")
+    (out,) = session.run({x.id: np.ones((2, 3), np.float32)})
+    assert out.shape == (2, 3) and out.dtype == np.float32
+
+
 def test_session_feed_errors(scale_model):
     comp, x, y, exe = scale_model
     session = odla.Session(exe)
@@ -284,7 +316,7 @@ def test_session_feed_errors(scale_model):
     lambda: odla.get_num_of_outputs_from_executable(None),
     lambda: odla.get_value_data(None),
     lambda: odla.get_runtime_shape("ctx", None),
-    lambda: odla.compile_computation(odla.create_computation(), "cpu"),
+    lambda: odla.compile_computation(odla.create_computation(), 3.5),
     lambda: odla.store_executable("x.odla", None),
     lambda: odla.ValueType(99, (1,)),
     lambda: odla.ValueShape((1, -2)),

@@ -55,8 +55,7 @@ def host_bundle(cnn, tmp_path_factory):
 
 
 def run_runner(bundle, inputs, tmp_path, emulator=()):
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
+    out = tmp_path / "out" / "run"  # not made here: the runner creates its output folder
     paths = []
     for i, array in enumerate(inputs):
         paths.append(str(tmp_path / f"in{i}.npy"))

@@ -257,6 +257,20 @@ def test_backend_prepare_run_with_list_dict_and_run_node():
     assert onnx_backend.OdlaBackend.is_compatible(model)
 
 
+def test_backend_answers_for_cpu_cuda_and_gpu_and_refuses_what_is_missing():
+    model = make_model([helper.make_node("Relu", ["a"], ["y"])], [tensor("a", F, [2])],
+                       [tensor("y", F, [2])])
+    assert onnx_backend.supports_device("CPU") and onnx_backend.supports_device("cpu")
+    has_gpu = odla.DeviceName.NVIDIA_GPU in odla.available_devices()
+    assert onnx_backend.supports_device("CUDA") is has_gpu
+    assert onnx_backend.supports_device("GPU") is has_gpu
+    assert onnx_backend.supports_device("TPU") is False
+    if not has_gpu:
+        with pytest.raises(OdlaError, match=r"ONNX device 'CUDA' is not available here; "
+                                            r"expected one of \['CPU'\]"):
+            onnx_backend.prepare(model, "CUDA")
+
+
 def test_backend_compiles_for_the_data_of_small_inputs_odla_needs_at_import():
     """Reduction axes given as a graph input: ODLA's reductions take their axes when the
     model is built, so the backend compiles for the axes each run brings."""

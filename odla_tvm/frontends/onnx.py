@@ -59,7 +59,7 @@ def load_model(model) -> onnx.ModelProto:
 def _load(model, leave_weights: bool) -> tuple[onnx.ModelProto, FileWeights | None]:
     """What load_model gives, and with ``leave_weights`` a file's large initializers left in
     it: their data is read (from FileWeights) only as each becomes a constant."""
-    checked, weights = False, None
+    checked, weights, path = False, None, None
     if isinstance(model, onnx.ModelProto):
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -84,8 +84,9 @@ def _load(model, leave_weights: bool) -> tuple[onnx.ModelProto, FileWeights | No
             raise OdlaError(Status.INVALID_PARAM, f"{path!r} is not a readable ONNX model "
                             f"(malformed or truncated): {err}") from None
     if not proto.HasField("graph"):
-        raise OdlaError(Status.INVALID_PARAM, "the ONNX model has no graph (empty, malformed or "
-                        "truncated)")
+        source = "the ONNX model" if path is None else f"ONNX model file {path!r}"
+        raise OdlaError(Status.INVALID_PARAM, f"{source} has no graph (empty, malformed or "
+                        "truncated); expected a model saved by onnx.save or an exporter")
     try:
         if weights is not None and weights.places:
             check_leaving_weights(proto, weights)
@@ -266,7 +267,7 @@ class _Importer:
         if data.dtype != declared.dtype or not declared.shape.matches(data.shape):
             raise OdlaError(Status.INVALID_PARAM, f"data for graph input {info.name!r} is "
                             f"{data.dtype}{list(data.shape)}; expected {declared.dtype}"
-                            f"{list(declared.shape.dims)} (-1: any size)")
+                            f"{list(declared.shape.dims)}{declared.shape.any_size_note}")
         return self._constant(data, info.name)
 
     def _output(self, name: str) -> Value:

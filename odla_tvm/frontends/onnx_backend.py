@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
+from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from ..computation import host_data
-from ..device import allocate_device, available_devices
+from ..device import DEVICE_ALIASES, allocate_device, available_devices
 from ..session import Session
 from ..types import DeviceName, OdlaError, Status
 from . import onnx as onnx_frontend
 from .onnx_converters.registry import InputDataNeeded
 
-# ONNX device types and the ODLA device each compiles for.
-_DEVICES = {DeviceType.CPU: DeviceName.DEFAULT, DeviceType.CUDA: DeviceName.NVIDIA_GPU}
+
+def _device_name(device: str) -> DeviceName | None:
+    """The ODLA device an ONNX device string ("CPU", "CUDA", "CUDA:0"; "GPU" too) names."""
+    kind = str(device).partition(":")[0].strip().upper()
+    return DEVICE_ALIASES.get(kind)
 
 
 def _odla_device(device: str):
-    name = _DEVICES.get(Device(device).type)
+    name = _device_name(device)
     if name is None or name not in available_devices():
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, f"ONNX device {device!r} is not "
                         f"available here; expected one of {OdlaBackend.devices()}")
@@ -94,12 +97,11 @@ class OdlaBackendRep(BackendRep):
 class OdlaBackend(Backend):
     @classmethod
     def devices(cls) -> list[str]:
-        return [t.name for t, name in _DEVICES.items() if name in available_devices()]
+        return [alias for alias, name in DEVICE_ALIASES.items() if name in available_devices()]
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return Device(device).type in _DEVICES and \
-            _DEVICES[Device(device).type] in available_devices()
+        return _device_name(device) in available_devices()
 
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> bool:

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -191,6 +192,10 @@ int main(int argc, char** argv) {
       else
         inputs.push_back(argv[i]);
     }
+
+    std::error_code made;
+    std::filesystem::create_directories(out_dir, made);  // like `mkdir -p`: outputs go there
+    if (made) throw std::runtime_error("cannot create " + out_dir + ": " + made.message());
 
     std::ifstream sig(bundle + "/signature.txt");
     if (!sig) throw std::runtime_error(bundle + "/signature.txt is missing: not an odla-tvm bundle");
