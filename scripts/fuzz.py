@@ -17,7 +17,8 @@ import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from odla_tvm import __version__, fuzzing
+from odla_tvm import __version__
+from tools import fuzzing
 from targets.runner import cache_dir
 
 

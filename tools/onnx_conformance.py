@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .. import isolation
+from . import isolation
 
 LIGHT_PREFIX = "onnx/backend/test/data/light/"
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
@@ -146,8 +146,8 @@ def cause_of(message: str) -> str:
 
 def run_case(case: Case, device: str = "CPU") -> Result:
     """Imports, compiles and runs one case through the ONNX backend and checks its outputs."""
-    from ..types import OdlaError, Status
-    from . import onnx_backend
+    from odla_tvm.frontends import onnx_backend
+    from odla_tvm.types import OdlaError, Status
 
     start = time.perf_counter()
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .computation import MEMORY_BYTES
+from odla_tvm.computation import MEMORY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +161,12 @@ def build_seeds(directory) -> Path:
     CPU target stay the same)."""
     import targets
 
-    from . import bundle, executable, train_demo, training, tuning
-    from .frontends import onnx_conformance
-    from .frontends.onnx import import_model
-    from .session import Session
-    from .types import ComputeMode
+    from odla_tvm import bundle, executable, train_demo, training, tuning
+    from odla_tvm.frontends.onnx import import_model
+    from odla_tvm.session import Session
+    from odla_tvm.types import ComputeMode
+
+    from . import onnx_conformance
 
     root = Path(directory)
     # Executables and tuning records hold code for this CPU (its LLVM mcpu): other seeds
@@ -508,7 +509,7 @@ class Runner:
             shutil.rmtree(directory, ignore_errors=True)
 
     def __call__(self, case: str) -> Outcome:
-        from .types import OdlaError
+        from odla_tvm.types import OdlaError
 
         fmt, family, _ = parse_case(case)
         start = time.perf_counter()
@@ -529,7 +530,7 @@ class Runner:
 
     def _run(self, executable, given: dict, rng) -> str:
         """Runs a loaded executable on the seed's inputs where they still fit."""
-        from .session import Session
+        from odla_tvm.session import Session
 
         session = Session(executable)
         feeds = _feeds(executable.args, given, np.random.default_rng(rng.randrange(1 << 30)))
@@ -541,7 +542,7 @@ class Runner:
     def _onnx(self, family, rng, directory, folder="onnx"):
         import onnx
 
-        from .session import Session
+        from odla_tvm.session import Session
 
         seed = rng.choice(sorted((self.seeds / folder).glob("*.onnx")))
         given = dict(np.load(seed.with_suffix(".npz")))
@@ -567,7 +568,7 @@ class Runner:
         return self._onnx(family, rng, directory, "light")
 
     def _odla(self, family, rng, directory):
-        from .executable import load_executable
+        from odla_tvm.executable import load_executable
 
         seed = rng.choice(sorted((self.seeds / "odla").glob("*.odla")))
         given = dict(np.load(seed.with_suffix(".npz")))
@@ -579,7 +580,7 @@ class Runner:
         return f"{family}/{kind}", lambda: self._run(load_executable(blob), given, rng)
 
     def _bundle(self, family, rng, directory):
-        from .executable import load_executable
+        from odla_tvm.executable import load_executable
 
         seed = rng.choice(sorted(p for p in (self.seeds / "bundle").iterdir() if p.is_dir()))
         given = dict(np.load(seed.with_suffix(".npz")))
@@ -597,8 +598,8 @@ class Runner:
         return f"{family}/{kind}", lambda: self._run(load_executable(str(root)), given, rng)
 
     def _checkpoint(self, family, rng, directory):
-        from . import train_demo, training
-        from .types import ComputeMode
+        from odla_tvm import train_demo, training
+        from odla_tvm.types import ComputeMode
 
         blob = self._blob(self.seeds / "checkpoint" / "mlp.npz")
         if family == "bytes":
@@ -616,18 +617,18 @@ class Runner:
                 features, labels = train_demo.blob_features(4, features=8, seed=1)
                 train_demo.run_batch(mlp, features, labels, ComputeMode.TRAINING)
             finally:
-                from .computation import destroy_computation
+                from odla_tvm.computation import destroy_computation
 
                 destroy_computation(mlp.computation)
             return "loaded and trained a step"
         return f"{family}/{kind}", load
 
     def _tuning(self, family, rng, directory):
-        from .computation import destroy_computation, set_computation_item
-        from .device import allocate_device
-        from .executable import compile_computation
-        from .frontends.onnx import import_model
-        from .types import DeviceName, ItemType
+        from odla_tvm.computation import destroy_computation, set_computation_item
+        from odla_tvm.device import allocate_device
+        from odla_tvm.executable import compile_computation
+        from odla_tvm.frontends.onnx import import_model
+        from odla_tvm.types import DeviceName, ItemType
 
         cache = directory / "cache"
         shutil.copytree(self.seeds / "tuning", cache)
