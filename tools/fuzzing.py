@@ -5,7 +5,7 @@ Each case mutates one seed, byte by byte or in its structure, loads the mutant t
 product's public entry point and runs what loaded. The contract: every outcome is success or
 OdlaError. A case is named ``<format>-<family>-<n>`` (``onnx-struct-42``); the name seeds its
 random choices, so ``scripts/fuzz.py --case onnx-struct-42`` repeats it exactly. Cases run in
-long-lived workers (odla_tvm.isolation): a case that kills its worker is a crash, one that
+long-lived workers (tools.isolation): a case that kills its worker is a crash, one that
 runs past its limit a hang.
 """
 

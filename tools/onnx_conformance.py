@@ -1,7 +1,7 @@
 """ONNX conformance: onnx's node test cases and light models run through the ONNX backend
 (import, compile, run) and checked against their reference outputs.
 
-Each case runs in a worker process with a time limit (odla_tvm.isolation), so a case that
+Each case runs in a worker process with a time limit (tools.isolation), so a case that
 hangs or crashes the process counts as one failure with its cause. ``scripts/conformance.py`` runs them all and
 writes docs/conformance.md; the tests run a subset through the same code.
 """
