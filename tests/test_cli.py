@@ -10,6 +10,9 @@ import tvm
 
 import odla_tvm as odla
 
+QUICKSTART = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "examples", "quickstart.py")
+
 # The first op set (issue 2), by ODLA name.
 FOUNDATION_OPS = set(
     "Conv DeConv BatchNormalization MaxPool AveragePool Gemm BatchMatMul Relu LeakyRelu Sigmoid "
@@ -40,7 +43,7 @@ def test_info_prints_versions_devices_and_targets():
 
 
 def test_quickstart_prints_outputs_and_latency():
-    done = subprocess.run([sys.executable, "-m", "odla_tvm.demo", "--runs", "3", "--batch", "2"],
+    done = subprocess.run([sys.executable, QUICKSTART, "--runs", "3", "--batch", "2"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     out = done.stdout

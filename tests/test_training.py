@@ -13,7 +13,8 @@ from odla_tvm import ElementType as E
 from odla_tvm import MemoryLayout as L
 from odla_tvm import ReductionMode as RM
 from odla_tvm import ValueType as VT
-from odla_tvm import train_demo
+
+from examples import train as train_demo
 
 try:
     from . import reference as ref

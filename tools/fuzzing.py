@@ -161,7 +161,8 @@ def build_seeds(directory) -> Path:
     CPU target stay the same)."""
     import targets
 
-    from odla_tvm import bundle, executable, train_demo, training, tuning
+    from examples import train as train_demo
+    from odla_tvm import bundle, executable, training, tuning
     from odla_tvm.frontends.onnx import import_model
     from odla_tvm.session import Session
     from odla_tvm.types import ComputeMode
@@ -598,7 +599,8 @@ class Runner:
         return f"{family}/{kind}", lambda: self._run(load_executable(str(root)), given, rng)
 
     def _checkpoint(self, family, rng, directory):
-        from odla_tvm import train_demo, training
+        from examples import train as train_demo
+        from odla_tvm import training
         from odla_tvm.types import ComputeMode
 
         blob = self._blob(self.seeds / "checkpoint" / "mlp.npz")
