@@ -1,5 +1,7 @@
-"""The quickstart: builds a small CNN through the ODLA API, compiles it for this machine's CPU
-(the DEFAULT device, then TVM's own code alone), runs it and prints its outputs and latency.
+"""Builds a small CNN through the ODLA API and runs it on this machine's CPU.
+
+It compiles the CNN for the DEFAULT device and for TVM's own code alone (INTEL_X86), runs it
+on random images and prints the class probabilities and each device's latency.
 
     python examples/quickstart.py [--batch 1] [--runs 50]
 """

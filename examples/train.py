@@ -1,6 +1,7 @@
-"""Trains an MLP and a small CNN, built through the ODLA API with variables and a
-NegativeLogLikeliHoodLoss, in ComputeMode.TRAINING on synthetic, learnable data generated
-here, and reports loss and accuracy per epoch.
+"""Trains an MLP and a small CNN built through the ODLA API on synthetic data.
+
+Both have variables and a NegativeLogLikeliHoodLoss and train in ComputeMode.TRAINING on
+learnable data generated here; loss and accuracy are reported per epoch.
 
     python examples/train.py [--model mlp|cnn|both] [--epochs 5] [--optimizer adam] ...
 """

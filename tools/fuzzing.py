@@ -161,7 +161,7 @@ def build_seeds(directory) -> Path:
     CPU target stay the same)."""
     import targets
 
-    from examples import train as train_demo
+    from examples import train as train_example
     from odla_tvm import bundle, executable, training, tuning
     from odla_tvm.frontends.onnx import import_model
     from odla_tvm.session import Session
@@ -209,11 +209,11 @@ def build_seeds(directory) -> Path:
         bundle.export(session.executable, None, root / "bundle" / name)
         for folder in ("odla", "bundle"):
             np.savez(root / folder / f"{name}.npz", **inputs)
-    mlp = train_demo.build_mlp(batch=4, features=8, hidden=8)
+    mlp = train_example.build_mlp(batch=4, features=8, hidden=8)
     training.differentiate_computation(mlp.computation, mlp.loss)
     training.set_optimizer(mlp.computation, "adam", learning_rate=0.01)
-    features, labels = train_demo.blob_features(4, features=8)
-    train_demo.run_batch(mlp, features, labels, ComputeMode.TRAINING)
+    features, labels = train_example.blob_features(4, features=8)
+    train_example.run_batch(mlp, features, labels, ComputeMode.TRAINING)
     training.store_checkpoint(root / "checkpoint" / "mlp.npz", mlp.computation)
     comp = import_model(conv)
     tuning.tune(comp, "host-cpu", trials=2, cache_dir=root / "tuning", progress=False)
@@ -599,7 +599,7 @@ class Runner:
         return f"{family}/{kind}", lambda: self._run(load_executable(str(root)), given, rng)
 
     def _checkpoint(self, family, rng, directory):
-        from examples import train as train_demo
+        from examples import train as train_example
         from odla_tvm import training
         from odla_tvm.types import ComputeMode
 
@@ -613,11 +613,11 @@ class Runner:
 
         def load():
             # A fresh model per case, so a case repeats alone exactly as in a campaign.
-            mlp = train_demo.build_mlp(batch=4, features=8, hidden=8, seed=1)
+            mlp = train_example.build_mlp(batch=4, features=8, hidden=8, seed=1)
             try:
                 training.load_checkpoint(path, mlp.computation)
-                features, labels = train_demo.blob_features(4, features=8, seed=1)
-                train_demo.run_batch(mlp, features, labels, ComputeMode.TRAINING)
+                features, labels = train_example.blob_features(4, features=8, seed=1)
+                train_example.run_batch(mlp, features, labels, ComputeMode.TRAINING)
             finally:
                 from odla_tvm.computation import destroy_computation
 
