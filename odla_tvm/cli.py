@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from .benchmark import LIGHT_MODELS
+from .bench.driver import LIGHT_MODELS
 from .bundle import export as export_bundle
 from .device import (
     DEFAULT_PLUGIN,
@@ -177,7 +177,7 @@ def rpc_server(args) -> None:
 def bench(args) -> None:
     import time
 
-    from . import benchmark
+    from .bench import driver as benchmark
 
     models = benchmark.model_files(args.files, args.models or ([] if args.files else LIGHT_MODELS))
     # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet

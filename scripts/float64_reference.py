@@ -23,7 +23,7 @@ from onnx import TensorProto, numpy_helper
 from tqdm import tqdm
 
 import odla_tvm as odla
-from odla_tvm.benchmark import MATCH_ATOL, MATCH_RTOL, model_inputs
+from odla_tvm.bench.driver import MATCH_ATOL, MATCH_RTOL, model_inputs
 
 PATHS = ("onnxruntime", "onnxruntime, optimizations off", "DEFAULT", "INTEL_X86")
 

@@ -10,8 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
-from odla_tvm import Status, benchmark
-from odla_tvm.benchmark import ModelResult, PathResult, latency_alone, model_inputs, report
+from odla_tvm import Status
+from odla_tvm.bench import driver as benchmark
+from odla_tvm.bench.driver import ModelResult, PathResult, latency_alone, model_inputs, report
 from odla_tvm.cli import main as cli
 
 OVERHEAD = {"bare VM call": 1.0, "Session.run": 3.5}

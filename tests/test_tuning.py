@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 import targets
 from odla_tvm import Status
-from odla_tvm import benchmark
-from odla_tvm.benchmark import (
+from odla_tvm.bench import driver as benchmark
+from odla_tvm.bench.driver import (
     ModelResult,
     PathResult,
     bench_light_models,

@@ -40,19 +40,19 @@ import numpy as np
 import targets
 from targets.runner import cache_dir as default_cache_dir
 
-from .computation import (
+from ..computation import (
     create_argument,
     create_computation,
     set_computation_item,
     set_value_as_output,
 )
-from .context import bind_to_argument, create_context
-from .device import _cpu_model
-from .executable import compile_computation, launch_executable
-from .ops.math import add
-from .session import Session
-from .types import ElementType, ItemType, OdlaError, Status, ValueType, check_count
-from .version import __version__
+from ..context import bind_to_argument, create_context
+from ..device import _cpu_model
+from ..executable import compile_computation, launch_executable
+from ..ops.math import add
+from ..session import Session
+from ..types import ElementType, ItemType, OdlaError, Status, ValueType, check_count
+from ..version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ IN_TURNS_MAX_S = 2.0
 SLOW_RUN_S = 20.0  # a pure-TVM run slower than this is timed once
 ALONE_BUDGET_S = 30.0  # pure-TVM timed runs stop at 3 once they add up to this
 BENCH_EXTRA = "pip install -e '.[bench]'"
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 
 
 @dataclasses.dataclass
@@ -303,7 +303,7 @@ class PathProcess:
     def __init__(self, path: str, model: str, feeds: dict, threads: int, cache_dir: str):
         self.path = path
         self._stderr = tempfile.TemporaryFile()
-        root = os.path.dirname(os.path.dirname(WORKER))  # odla_tvm, installed or not
+        root = os.path.dirname(os.path.dirname(os.path.dirname(WORKER)))  # odla_tvm's parent
         env = {**os.environ, "TVM_NUM_THREADS": str(threads),
                "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), root]))}
         # -P: the worker's folder (odla_tvm/, with its types.py) stays off sys.path.
