@@ -10,7 +10,10 @@ import os
 import sys
 import time
 
-from .bench.driver import LIGHT_MODELS
+from .bench import driver as bench_driver
+from .bench import report as bench_report
+from .bench.models import LIGHT_MODELS, model_files
+from .bench.timing import call_overhead
 from .bundle import export as export_bundle
 from .device import (
     DEFAULT_PLUGIN,
@@ -175,24 +178,20 @@ def rpc_server(args) -> None:
 
 
 def bench(args) -> None:
-    import time
-
-    from .bench import driver as benchmark
-
-    models = benchmark.model_files(args.files, args.models or ([] if args.files else LIGHT_MODELS))
+    models = model_files(args.files, args.models or ([] if args.files else LIGHT_MODELS))
     # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet
     # (each path's own process gets it too).
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     started, load = time.monotonic(), os.getloadavg()[0]
-    results = benchmark.bench_models(
+    results = bench_driver.bench_models(
         models, args.threads, args.runs, args.cache_dir, args.batch,
         on_result=lambda result: print(result.summary(), flush=True))
-    overhead = benchmark.call_overhead()
+    overhead = call_overhead()
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
     chart_path = os.path.splitext(args.output)[0] + ".png"
-    why_no_chart = benchmark.chart(results, chart_path, args.threads)
-    text = benchmark.report(results, overhead, args.threads, time.monotonic() - started,
+    why_no_chart = bench_report.chart(results, chart_path, args.threads)
+    text = bench_report.report(results, overhead, args.threads, time.monotonic() - started,
                             (load, os.getloadavg()[0]), args.cache_dir,
                             None if why_no_chart else os.path.basename(chart_path), why_no_chart)
     with open(args.output, "w") as f:
