@@ -129,8 +129,7 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
     manifest = exe.manifest()
     digests = {}
     # The library's code generation and link (TVM and the linker, which let the GIL go) run
-    # beside the writing and hashing of the weights: BERT-base's 440 MB took 1.7 s after its
-    # library's 1.0 s.
+    # beside the writing and hashing of the weights, which for a large model take longer.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         library = pool.submit(exe.module.export, str(root / LIBRARY))
         for kind in ("args", "outputs", "variables"):

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import os
 import sys
 import time
 
-from . import demo
-from .benchmark import LIGHT_MODELS
+from .bench import driver as bench_driver
+from .bench import report as bench_report
+from .bench.models import LIGHT_MODELS, model_files
+from .bench.timing import call_overhead
 from .bundle import export as export_bundle
 from .device import (
     DEFAULT_PLUGIN,
@@ -86,15 +89,16 @@ def write_target_spec(path: str, overwrite: bool) -> None:
 
 def load_model(model: str):
     """A computation or executable from MODEL: a stored executable (.odla), an ONNX file, or
-    ``package.module:function`` returning a computation built through the ODLA API."""
+    ``package.module:function`` or ``FILE.py:function`` returning a computation built through
+    the ODLA API."""
     if ":" in model and not os.path.exists(model):
         module_name, _, function_name = model.partition(":")
         try:
-            builder = getattr(importlib.import_module(module_name), function_name)
-        except (ImportError, AttributeError) as err:
+            builder = getattr(_import_module(module_name), function_name)
+        except (ImportError, AttributeError, OSError) as err:
             raise OdlaError(
                 Status.INVALID_PARAM, f"MODEL {model!r}: cannot find {function_name} in "
-                f"{module_name} ({err}); expected package.module:function"
+                f"{module_name} ({err}); expected package.module:function or FILE.py:function"
             ) from None
         return builder()
     if model.endswith(".onnx"):
@@ -102,6 +106,17 @@ def load_model(model: str):
 
         return import_model(model)
     return load_executable(model)
+
+
+def _import_module(name: str):
+    """The module ``name``: a dotted name on sys.path, or a Python file (a script such as
+    examples/quickstart.py, which is no installed module)."""
+    if not name.endswith(".py"):
+        return importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location(os.path.basename(name)[:-3], name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def export(args) -> None:
@@ -130,7 +145,8 @@ def tune(args) -> None:
     model = args.model if args.model.endswith(".onnx") else load_model(args.model)
     if not isinstance(model, (str, Computation)):
         raise OdlaError(Status.INVALID_PARAM, f"MODEL {args.model!r} is a compiled executable; "
-                        "tuning needs the computation (an ONNX file or package.module:function)")
+                        "tuning needs the computation (an ONNX file, package.module:function or "
+                        "FILE.py:function)")
     report = tune_model(model, args.target, args.trials, args.minutes, args.cache_dir,
                         keep_best=args.keep_best, rpc_tracker=args.rpc_tracker,
                         rpc_key=args.rpc_key)
@@ -162,24 +178,20 @@ def rpc_server(args) -> None:
 
 
 def bench(args) -> None:
-    import time
-
-    from . import benchmark
-
-    models = benchmark.model_files(args.files, args.models or ([] if args.files else LIGHT_MODELS))
+    models = model_files(args.files, args.models or ([] if args.files else LIGHT_MODELS))
     # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet
     # (each path's own process gets it too).
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     started, load = time.monotonic(), os.getloadavg()[0]
-    results = benchmark.bench_models(
+    results = bench_driver.bench_models(
         models, args.threads, args.runs, args.cache_dir, args.batch,
         on_result=lambda result: print(result.summary(), flush=True))
-    overhead = benchmark.call_overhead()
+    overhead = call_overhead()
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
     chart_path = os.path.splitext(args.output)[0] + ".png"
-    why_no_chart = benchmark.chart(results, chart_path, args.threads)
-    text = benchmark.report(results, overhead, args.threads, time.monotonic() - started,
+    why_no_chart = bench_report.chart(results, chart_path, args.threads)
+    text = bench_report.report(results, overhead, args.threads, time.monotonic() - started,
                             (load, os.getloadavg()[0]), args.cache_dir,
                             None if why_no_chart else os.path.basename(chart_path), why_no_chart)
     with open(args.output, "w") as f:
@@ -207,6 +219,10 @@ def cache(args) -> None:
               f"{entry.model}")
 
 
+COMMANDS = {"info": info, "export": export, "profile": profile, "tune": tune, "bench": bench,
+            "rpc-server": rpc_server, "cache": cache}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -217,17 +233,12 @@ def main(argv=None) -> int:
                              "--target on other machines (to tune and compile for this one)")
     info_parser.add_argument("--force", action="store_true",
                              help="with --target-spec: replace FILE.json if it exists")
-    demo_parser = commands.add_parser(
-        "demo", help="build a small CNN through the ODLA API, compile it for this CPU, run and time it"
-    )
-    demo_parser.add_argument("--batch", type=int, default=1)
-    demo_parser.add_argument("--runs", type=int, default=50)
     export_parser = commands.add_parser(
         "export", help="write a deployable bundle of MODEL for a target (see README.txt inside)"
     )
     export_parser.add_argument(
         "model", help="a stored executable (.odla), an ONNX model (.onnx), or "
-        "package.module:function returning an ODLA computation")
+        "package.module:function or FILE.py:function returning an ODLA computation")
     export_parser.add_argument("--target", default="host-cpu",
                                help="target name (odla-tvm info lists them), or for another "
                                "machine's CPU llvm:MCPU:CORES or its target spec file (FILE.json, "
@@ -244,8 +255,8 @@ def main(argv=None) -> int:
     tune_parser = commands.add_parser(
         "tune", help="tune MODEL's kernels for a target with MetaSchedule; later compiles for "
         "that target use the records")
-    tune_parser.add_argument("model", help="an ONNX model (.onnx) or package.module:function "
-                             "returning an ODLA computation")
+    tune_parser.add_argument("model", help="an ONNX model (.onnx), or package.module:function "
+                             "or FILE.py:function returning an ODLA computation")
     tune_parser.add_argument("--target", default="host-cpu",
                              help="target name (odla-tvm info lists them), or for another "
                              "machine's CPU llvm:MCPU:CORES (LLVM's name for it, its cores) or "
@@ -297,22 +308,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        if args.command == "info":
-            info(args)
-        elif args.command == "export":
-            export(args)
-        elif args.command == "profile":
-            profile(args)
-        elif args.command == "tune":
-            tune(args)
-        elif args.command == "bench":
-            bench(args)
-        elif args.command == "rpc-server":
-            rpc_server(args)
-        elif args.command == "cache":
-            cache(args)
-        else:
-            demo.main(args.batch, args.runs)
+        COMMANDS[args.command](args)
     except OdlaError as err:
         print(f"odla-tvm: error: {err}", file=sys.stderr)
         return 1

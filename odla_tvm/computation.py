@@ -532,8 +532,8 @@ def destroy_computation(computation: Computation) -> None:
     comp.release_graph()
     # Cycles hold the graph too: TVMScript's parser keeps the frames it inspected (a kernel
     # parsed while compiling, as targets.amx's are: the compile's frames, the graph in them),
-    # and only a collection frees them (pure-TVM BERT-base's 340 MB of float32 weights stayed
-    # until the process's next one).
+    # and only a collection frees them (a model's weights stayed until the process's next
+    # one).
     gc.collect()
     targets.release_freed_memory()
     if getattr(_current, "computation", None) is comp:

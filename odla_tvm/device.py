@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 # DEFAULT is the fast path instead (see default_target).
 _DEVICE_TARGETS = {DeviceName.INTEL_X86: "host-cpu"}
 # The vendor plugin DEFAULT hands what it takes, wherever it can run (oneDNN's wheels are built
-# for x86-64 Linux): untuned TVM code is 20-300x slower than onnxruntime on real models.
+# for x86-64 Linux): untuned TVM code is far slower than onnxruntime on real models.
 DEFAULT_PLUGIN = "onednn"
 _fallbacks_said: set[str] = set()
 

@@ -1,16 +1,13 @@
 """Compiled engines kept between processes: ODLA's ENABLE_ENGINE_CACHE and CACHE_DIR items.
 
-An engine is an exported bundle (odla_tvm.bundle's directory: a manifest, the shared library,
-the variables and the weights, each file sha256-checked) under ``<cache dir>/engines/<key>.odla``;
-its library loads from there and its weights are memory-mapped there, where a stored executable's had to be written out to a file of its
-own first (0.1 to 1.3 s for GPT-2's 650 MB, as the disk was busy). The key digests everything the
-compiled code depends on: the model's bytes and fixed inputs, the target's key (the CPU it was
-built for, its plugins), odla-tvm's, TVM's and TVM-FFI's versions and odla-tvm's installed
-files, the options, and the state of the target's tuning database. A second load of the same
-model on the same machine reads the engine instead of importing and compiling again. An entry
-that fails to load (corrupted, truncated, written by another version or for another target) is
-removed and rebuilt, never run. The cache keeps at most ``limit_bytes``
-(ODLA_TVM_ENGINE_CACHE_BYTES, default 4 GiB), evicting the least recently used entries.
+A second load of a model on the same machine reads its engine instead of importing and
+compiling again. An engine is an exported bundle (odla_tvm.bundle's directory, each file
+sha256-checked) under ``<cache dir>/engines/<key>.odla``, its library loaded and its weights
+memory-mapped from there. The key digests all the compiled code depends on: the model's bytes
+and fixed inputs, the target's key, odla-tvm's, TVM's and TVM-FFI's versions and installed
+files, the options and the target's tuning database. An entry that fails to load is removed
+and rebuilt, never run. The cache keeps at most ``limit_bytes`` (ODLA_TVM_ENGINE_CACHE_BYTES,
+default 4 GiB), evicting the least recently used.
 """
 
 from __future__ import annotations
@@ -87,7 +84,7 @@ def file_digest(path: str, cache_dir=None) -> str:
     """The sha256 of the file at ``path``, remembered in the cache under the file's identity
     (device, inode, size, modification and change times; the change time moves on every
     write and cannot be set back), so that a second load does not read the model again to
-    find its engine (GPT-2: 0.47 s of 2.3). OSError where the file cannot be read."""
+    find its engine. OSError where the file cannot be read."""
     memo = _memo(path, cache_dir)
     try:
         remembered = memo.read_text()
@@ -95,8 +92,8 @@ def file_digest(path: str, cache_dir=None) -> str:
             return remembered
     except (OSError, UnicodeDecodeError):
         pass
-    # Through a small buffer: read beside the import (see Session.from_onnx), 16 MB chunks
-    # added 30 MB to BERT-base's peak.
+    # Through a small buffer: it is read beside the import (see Session.from_onnx), whose peak
+    # memory large chunks would add to.
     digest = file_sha256(Path(path))
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)

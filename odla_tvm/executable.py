@@ -473,8 +473,8 @@ def _slot_value(slot: dict, kind: ValueKind, data=None) -> Value:
 
 
 def _parse(blob: bytes) -> tuple[dict, dict[str, memoryview]]:
-    """The manifest and the checked sections (views of ``blob``: a copy of a 650 MB library
-    took 0.2 s)."""
+    """The manifest and the checked sections (views of ``blob``, not copies: a library can be
+    large)."""
     view = memoryview(blob)
     if len(blob) < _HEADER.size:
         raise _corrupt(f"{len(blob)} bytes is shorter than its {_HEADER.size}-byte header")

@@ -31,7 +31,7 @@ def execute_computation(computation: Computation, context: Context,
     executable.launch(context)
 
 
-# The object form of these calls (DESIGN.md: one implementation behind both), set here because
-# computation.py lies below compiling and cannot import it.
+# The object form of these calls: one implementation behind both (docs/architecture.md), set
+# here because computation.py lies below compiling and cannot import it.
 Computation.compile = compile_computation
 Computation.execute = execute_computation

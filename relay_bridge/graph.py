@@ -42,8 +42,8 @@ def constant_view(handle) -> np.ndarray | None:
 
 def computed_constant(shape, dtype: str, write) -> relax.Constant:
     """A Relax constant whose data ``write(out)`` puts in ``out``, a NumPy view of the
-    constant's own memory: a result computed in place, never copied (resnet50's folded
-    weights were 423 MB copied twice, 1 s of its compile)."""
+    constant's own memory: a result computed in place, never copied (folded weights are large,
+    and copies of them cost memory and compile time)."""
     tensor = tvm.runtime.empty(tuple(shape), dtype)
     out = _view(tensor)
     if out is None:  # bfloat16: computed beside, then copied in

@@ -17,7 +17,7 @@ import tqdm
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from odla_tvm import __version__
-from odla_tvm.frontends import onnx_conformance as conformance
+from tools import onnx_conformance as conformance
 
 
 def main(argv=None) -> int:

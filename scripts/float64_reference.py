@@ -7,7 +7,7 @@ docs/float64-reference.md.
 
 The float64 model is the float32 one with every float tensor, cast and constant made float64,
 compiled by the pure-TVM build (onnxruntime's CPU provider has no float64 convolution). Each
-path runs the bench's inputs (odla_tvm.benchmark.model_inputs): onnxruntime with its graph
+path runs the bench's inputs (odla_tvm.bench.models.model_inputs): onnxruntime with its graph
 optimizations on and off, odla-tvm's DEFAULT device and the pure-TVM build. A ratio at most 1
 means every output element lies within the bench's tolerance of the float64 result.
 """
@@ -23,7 +23,8 @@ from onnx import TensorProto, numpy_helper
 from tqdm import tqdm
 
 import odla_tvm as odla
-from odla_tvm.benchmark import MATCH_ATOL, MATCH_RTOL, model_inputs
+from odla_tvm.bench.models import model_inputs
+from odla_tvm.bench.results import MATCH_ATOL, MATCH_RTOL
 
 PATHS = ("onnxruntime", "onnxruntime, optimizations off", "DEFAULT", "INTEL_X86")
 

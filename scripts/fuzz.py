@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzzes every format odla-tvm loads (ONNX models, .odla executables, bundles, checkpoints,
 tuning databases) and writes docs/fuzz.md; the contract is that every case ends in success
-or OdlaError (see odla_tvm/fuzzing.py).
+or OdlaError (see tools/fuzzing.py).
 
     .venv/bin/python scripts/fuzz.py [--cases 10000] [--jobs 2] [--timeout 120]
     .venv/bin/python scripts/fuzz.py --case onnx-struct-42     # repeat one case here
@@ -17,7 +17,8 @@ import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from odla_tvm import __version__, fuzzing
+from odla_tvm import __version__
+from tools import fuzzing
 from targets.runner import cache_dir
 
 

@@ -1,7 +1,8 @@
 """Checks the project's imports against DESIGN.md's layers: no import cycle among the modules of
 its packages (imports inside functions count), and no package importing one it must not (the
-bridge imports nothing from targets). Prints each violation and exits 1; exits 0 when there is
-none. tests/test_imports.py runs the same check.
+bridge imports nothing from targets; the library imports nothing from the tooling beside it,
+tools/ and examples/, which are not installed). Prints each violation and exits 1; exits 0
+when there is none. tests/test_imports.py runs the same check.
 
 Usage: python scripts/import_graph.py [ROOT]   (ROOT: the repository, by default this script's)
 """
@@ -10,7 +11,10 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGES = ("odla_tvm", "relay_bridge", "targets", "toolchain")
+LIBRARY = ("odla_tvm", "relay_bridge", "targets", "toolchain")
+# Not installed: they may import the library, which must never import them.
+TOOLING = ("tools", "examples")
+PACKAGES = LIBRARY + TOOLING
 # package -> the packages it must not import (DESIGN.md: data flows down, and lowering is
 # target-neutral; toolchain, the host compiler, lies below the bridge and the targets).
 FORBIDDEN = {
@@ -106,9 +110,13 @@ def cycles(graph):
 
 
 def forbidden_imports(graph):
-    """(importer, imported) pairs that cross a FORBIDDEN boundary."""
+    """(importer, imported) pairs that cross a FORBIDDEN boundary, or go from the library to
+    the TOOLING."""
+    def forbidden(package):
+        return FORBIDDEN.get(package, set()) | (set(TOOLING) if package in LIBRARY else set())
+
     return sorted((module, imported) for module, edges in graph.items() for imported in edges
-                  if imported.split(".")[0] in FORBIDDEN.get(module.split(".")[0], ()))
+                  if imported.split(".")[0] in forbidden(module.split(".")[0]))
 
 
 def violations(root):

@@ -18,10 +18,12 @@ import onnx
 from onnx import numpy_helper
 from tqdm import tqdm
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import odla_tvm as odla
 from odla_tvm import Bf16Mode, ItemType
 from odla_tvm.frontends.onnx import import_model
-from odla_tvm.frontends.onnx_conformance import light_cases
+from tools.onnx_conformance import light_cases
 
 MODES = {
     "float32": None,

@@ -5,4 +5,4 @@ set -e
 cd "$(dirname "$0")/.."
 . scripts/setup-venv.sh
 .venv/bin/odla-tvm info
-.venv/bin/odla-tvm demo "$@"
+.venv/bin/python examples/quickstart.py "$@"

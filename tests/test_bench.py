@@ -10,8 +10,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
-from odla_tvm import Status, benchmark
-from odla_tvm.benchmark import ModelResult, PathResult, latency_alone, model_inputs, report
+from odla_tvm import Status
+from odla_tvm.bench import driver
+from odla_tvm.bench.models import model_inputs
+from odla_tvm.bench.report import chart, report
+from odla_tvm.bench.results import ModelResult, PathResult
+from odla_tvm.bench.timing import latency_alone
 from odla_tvm.cli import main as cli
 
 OVERHEAD = {"bare VM call": 1.0, "Session.run": 3.5}
@@ -36,8 +40,7 @@ def mlp_onnx(path, batch="batch"):
 
 def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     model = mlp_onnx(tmp_path / "mlp.onnx")
-    (result,) = benchmark.bench_models([("mlp", model)], runs=3, cache_dir=tmp_path,
-                                       seconds=0.05)
+    (result,) = driver.bench_models([("mlp", model)], runs=3, cache_dir=tmp_path, seconds=0.05)
     assert not result.error, result.error
     for path in ("default", "tvm", "onnxruntime"):
         ran = result.paths[path]
@@ -60,7 +63,7 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     # Each path's RSS is its own process's: onnxruntime's never imported TVM (~230 MB).
     assert result.paths["onnxruntime"].peak_rss_mb < result.paths["tvm"].peak_rss_mb
     openvino = result.paths["openvino"]
-    if benchmark.openvino_missing():
+    if driver.openvino_missing():
         assert "OpenVINO is not installed" in openvino.error and openvino.seconds is None
     else:
         assert openvino.match and openvino.seconds > 0
@@ -69,10 +72,10 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     assert "| mlp | " in text and "yes / yes" in text
     assert "| default | 1 | " in text and "geo-mean at most 1.0x, no model above 1.5x" in text
     if importlib.util.find_spec("matplotlib"):
-        assert benchmark.chart([result], tmp_path / "perf.png") is None
+        assert chart([result], tmp_path / "perf.png") is None
         assert (tmp_path / "perf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     else:
-        assert "pip install -e '.[bench]'" in benchmark.chart([result], tmp_path / "perf.png")
+        assert "pip install -e '.[bench]'" in chart([result], tmp_path / "perf.png")
 
 
 def test_inputs_come_from_the_graph(tmp_path):

@@ -8,7 +8,7 @@ import functools
 
 import pytest
 
-from odla_tvm.frontends import onnx_conformance as conformance
+from tools import onnx_conformance as conformance
 
 NODE_CASES = [
     # math: element-wise, broadcasting, reductions, matrix products

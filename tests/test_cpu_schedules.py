@@ -15,10 +15,11 @@ from tvm import relax
 import odla_tvm as odla
 import targets
 from odla_tvm import ElementType, ValueType, ops
-from odla_tvm.demo import build_small_cnn
 from targets import cpu_schedules as cs
 from targets.layouts import fold_constant_layouts
 from targets.runtime import _kernels, _scheduled, compile_module
+
+from examples.quickstart import build_small_cnn
 
 # This CPU's float32 rules, without AMX where it has it (targets.amx would take the matmuls).
 HOST = dataclasses.replace(targets.host_cpu(), cpu_flags=(), target={

@@ -14,7 +14,8 @@ import odla_tvm as odla
 from odla_tvm import ElementType as E
 from odla_tvm import Status
 from odla_tvm import ValueType as VT
-from odla_tvm.demo import build_small_cnn
+
+from examples.quickstart import build_small_cnn
 
 QEMU = shutil.which("qemu-aarch64-static")
 CROSS = shutil.which("aarch64-linux-gnu-g++")
@@ -194,13 +195,14 @@ def test_export_argument_errors(cnn, tmp_path):
 
 def test_export_command_and_script(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "odla-tvm")
-    done = subprocess.run([script, "export", "odla_tvm.demo:build_small_cnn", "--target",
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    quickstart = os.path.join(repo, "examples", "quickstart.py")
+    done = subprocess.run([script, "export", f"{quickstart}:build_small_cnn", "--target",
                            "host-cpu", "-o", str(tmp_path / "cli")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "bin/odla_runner . OUTPUT_DIR" in done.stdout
     assert odla.load_executable(tmp_path / "cli").args[0].id == "image"
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, os.path.join(repo, "scripts", "export.py"),
-                           "odla_tvm.demo:no_such_builder", "-o", str(tmp_path / "s")],
+                           f"{quickstart}:no_such_builder", "-o", str(tmp_path / "s")],
                           capture_output=True, text=True)
     assert done.returncode == 1 and "no_such_builder" in done.stderr

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
-from odla_tvm import fuzzing, isolation
+from tools import fuzzing, isolation
 from odla_tvm.computation import MEMORY_BYTES
 
 PER_KIND = 5  # cases per format and mutation family: 55 in all

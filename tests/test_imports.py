@@ -58,6 +58,27 @@ def test_the_bridge_importing_targets_is_forbidden(tmp_path):
     ]
 
 
+def test_the_library_importing_tools_is_forbidden_and_tools_importing_it_is_not(tmp_path):
+    root = _tree(tmp_path, {
+        "odla_tvm/__init__.py": "",
+        "odla_tvm/session.py": "def f():\n    from tools import fuzzing\n",
+        "tools/__init__.py": "",
+        "tools/fuzzing.py": "from odla_tvm import session\nfrom examples import train\n",
+        "examples/train.py": "import odla_tvm\n",
+        "relay_bridge/__init__.py": "",
+        "relay_bridge/graph.py": "import examples.train\n",
+        "targets/__init__.py": "",
+    })
+    assert import_graph.violations(root) == [
+        "import cycle of 2 modules:",
+        "  odla_tvm.session -> tools.fuzzing",
+        "  tools.fuzzing -> odla_tvm.session",
+        "forbidden import: odla_tvm.session -> tools",
+        "forbidden import: odla_tvm.session -> tools.fuzzing",
+        "forbidden import: relay_bridge.graph -> examples.train",
+    ]
+
+
 _TORCH_AFTER_ODLA = """
 import sys
 import numpy as np

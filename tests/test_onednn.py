@@ -628,7 +628,7 @@ def test_repeated_layers_each_use_their_own_weights(layer):
 
 def _light_case_outputs(name: str):
     """A light model's outputs through INTEL_DNNL, its reference outputs, and the session."""
-    from odla_tvm.frontends.onnx_conformance import light_cases
+    from tools.onnx_conformance import light_cases
 
     case = next(c for c in light_cases() if c.name == name)
     session = odla.Session.from_onnx(case.model,

@@ -6,7 +6,8 @@ import pytest
 
 import odla_tvm as odla
 from odla_tvm import Bf16Mode, ItemType, Status
-from odla_tvm.demo import build_small_cnn
+
+from examples.quickstart import build_small_cnn
 
 IMAGES = np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.float32)
 

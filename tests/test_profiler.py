@@ -11,7 +11,8 @@ import pytest
 
 import odla_tvm as odla
 from odla_tvm import Status
-from odla_tvm.demo import build_small_cnn
+
+from examples.quickstart import build_small_cnn
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,9 @@ def test_profiler_state_errors():
 def test_profile_command(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "odla-tvm")
     out = tmp_path / "trace.json"
-    done = subprocess.run([script, "profile", "odla_tvm.demo:build_small_cnn", "--runs", "2",
+    builder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "examples", "quickstart.py:build_small_cnn")
+    done = subprocess.run([script, "profile", builder, "--runs", "2",
                            "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "unprofiled run: median" in done.stdout and str(out) in done.stdout

@@ -16,9 +16,10 @@ import odla_tvm as odla
 import targets
 from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
-from odla_tvm.demo import build_small_cnn
 from odla_tvm.device import default_plugin_missing
 from targets.runtime import compile_module
+
+from examples.quickstart import build_small_cnn
 
 HAS_AVX2 = targets.get_target("x86-64-avx2").runs_here()
 HAS_GPU = tvm.cuda(0).exist

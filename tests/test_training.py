@@ -13,7 +13,8 @@ from odla_tvm import ElementType as E
 from odla_tvm import MemoryLayout as L
 from odla_tvm import ReductionMode as RM
 from odla_tvm import ValueType as VT
-from odla_tvm import train_demo
+
+from examples import train as train_example
 
 try:
     from . import reference as ref
@@ -335,13 +336,13 @@ def test_three_steps_match_numpy(optimizer, loss, hyperparameters):
 
 @pytest.mark.parametrize("name, epochs, accuracy", [("mlp", 3, 0.93), ("cnn", 4, 0.9)])
 def test_example_model_learns(name, epochs, accuracy):
-    build, generate = train_demo.DATASETS[name]
+    build, generate = train_example.DATASETS[name]
     model = build()
     odla.differentiate_computation(model.computation, model.loss)
     odla.set_optimizer(model.computation, "adam", learning_rate=0.005)
     train_data, test_data = generate(2048, seed=1), generate(512, seed=2)
-    initial_loss, initial_accuracy = train_demo.evaluate(model, test_data)
-    results = train_demo.train(model, train_data, test_data, epochs, progress=False)
+    initial_loss, initial_accuracy = train_example.evaluate(model, test_data)
+    results = train_example.train(model, train_data, test_data, epochs, progress=False)
     assert results[-1].train_loss < results[0].train_loss
     assert results[-1].test_loss < 0.5 * initial_loss
     assert results[-1].test_accuracy >= accuracy > initial_accuracy, results
@@ -353,21 +354,21 @@ def test_example_model_learns(name, epochs, accuracy):
 def _steps(model, data, start, count):
     """Runs training steps on consecutive batches; returns their losses."""
     inputs, labels = data
-    return [train_demo.run_batch(model, inputs[i * model.batch:(i + 1) * model.batch],
+    return [train_example.run_batch(model, inputs[i * model.batch:(i + 1) * model.batch],
                                  labels[i * model.batch:(i + 1) * model.batch],
                                  odla.ComputeMode.TRAINING)[0]
             for i in range(start, start + count)]
 
 
 def _small_mlp():
-    model = train_demo.build_mlp(batch=8, hidden=8)
+    model = train_example.build_mlp(batch=8, hidden=8)
     odla.differentiate_computation(model.computation, model.loss)
     odla.set_optimizer(model.computation, "adam", learning_rate=0.01, weight_decay=0.001)
     return model
 
 
 def test_checkpoint_resumes_training_identically(tmp_path):
-    data = train_demo.blob_features(64, seed=4)
+    data = train_example.blob_features(64, seed=4)
     model = _small_mlp()
     _steps(model, data, 0, 2)
     odla.store_checkpoint(tmp_path / "mlp.npz", model.computation)
@@ -375,7 +376,7 @@ def test_checkpoint_resumes_training_identically(tmp_path):
     weights = [odla.get_value_data(v) for v in model.computation.variables]
     odla.destroy_computation(model.computation)
 
-    resumed = train_demo.build_mlp(batch=8, hidden=8, seed=99)  # other weights, overwritten
+    resumed = train_example.build_mlp(batch=8, hidden=8, seed=99)  # other weights, overwritten
     odla.set_optimizer(resumed.computation, "sgd", learning_rate=0.5)  # restored to adam
     odla.load_checkpoint(tmp_path / "mlp.npz", resumed.computation)
     assert odla.get_optimizer(resumed.computation) == (
@@ -391,7 +392,7 @@ def test_checkpoint_resumes_training_identically(tmp_path):
 def trained_mlp():
     model = _small_mlp()
     initial = {v.id: odla.get_value_data(v) for v in model.computation.variables}
-    _steps(model, train_demo.blob_features(64, seed=4), 0, 4)
+    _steps(model, train_example.blob_features(64, seed=4), 0, 4)
     yield model, initial
     odla.destroy_computation(model.computation)
 
@@ -406,7 +407,7 @@ def test_trained_weights_reach_inference(trained_mlp, tmp_path):
     model, initial = trained_mlp
     comp = model.computation
     assert all(not np.array_equal(odla.get_value_data(v), initial[v.id]) for v in comp.variables)
-    features, labels = train_demo.blob_features(8, seed=9)
+    features, labels = train_example.blob_features(8, seed=9)
     expected = _numpy_log_probabilities(model, features)
 
     forward = odla.compile_inference(comp)  # the forward part: no labels, no loss
@@ -434,7 +435,7 @@ def test_variables_written_on_the_host_reach_the_device(trained_mlp):
     np.testing.assert_array_equal(odla.get_value_data(weight), new)
     # a tiny learning rate leaves the weights as written: the step started from them
     odla.set_optimizer(comp, "adam", learning_rate=1e-12)
-    _steps(model, train_demo.blob_features(8, seed=5), 0, 1)
+    _steps(model, train_example.blob_features(8, seed=5), 0, 1)
     np.testing.assert_allclose(odla.get_value_data(weight), new, atol=1e-9)
     assert comp.training.program is program  # new hyperparameters need no recompilation
 

@@ -19,15 +19,11 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 import targets
 from odla_tvm import Status
-from odla_tvm import benchmark
-from odla_tvm.benchmark import (
-    ModelResult,
-    PathResult,
-    bench_light_models,
-    call_overhead,
-    latency_in_turns,
-    report,
-)
+from odla_tvm.bench import driver
+from odla_tvm.bench.driver import bench_light_models
+from odla_tvm.bench.report import report
+from odla_tvm.bench.results import ModelResult, PathResult
+from odla_tvm.bench.timing import call_overhead, latency_in_turns
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
 from targets.tuning import _OutOfTime, _Progress
@@ -439,8 +435,8 @@ def test_overhead_and_report():
 
 def test_bench_times_the_tuned_build_where_records_apply(tuned, monkeypatch):
     model, cache, _, _ = tuned
-    monkeypatch.setattr(benchmark, "openvino_missing", lambda: "not wanted here")
-    result = benchmark.bench_model("conv_relu", model, runs=3, cache_dir=cache, seconds=0.05)
+    monkeypatch.setattr(driver, "openvino_missing", lambda: "not wanted here")
+    result = driver.bench_model("conv_relu", model, runs=3, cache_dir=cache, seconds=0.05)
     assert not result.error, result.error
     assert result.paths["tuned"].match and result.paths["tuned"].seconds > 0
     assert result.paths["tuned"].target == "host-cpu"

@@ -2,14 +2,12 @@
 
 ``import_model`` reads an ONNX model (a path, bytes or a ModelProto; opsets 7 and later) and
 builds it through the public ODLA op API only, as HALO's generated code does: initializers
-become constants, graph inputs become arguments (symbolic dims become dynamic, -1), and
-values keep their ONNX names as ids. Each ONNX op type has one small converter in
-``onnx_converters`` (one module per ODLA op header), chosen by the model's opset.
-
-A node whose inputs are all known when the model is imported (initializers, Constant
-nodes and what is computed from them, such as shape arithmetic) is evaluated once by
-onnx's reference implementation and becomes an ODLA constant, as HALO folds constants
-before it emits ODLA calls. Everything else runs as compiled ODLA ops.
+become constants, graph inputs arguments (symbolic dims dynamic, -1), and values keep their
+ONNX names as ids. Each ONNX op type has one converter in ``onnx_converters`` (a module per
+ODLA op header), chosen by the model's opset. A node whose inputs are all known at import
+(initializers, Constant nodes and what is computed from them, such as shape arithmetic) is
+evaluated once by onnx's reference implementation and becomes an ODLA constant, as HALO folds
+constants; everything else runs as compiled ODLA ops.
 """
 
 from __future__ import annotations
@@ -101,7 +99,7 @@ def _load(model, leave_weights: bool) -> tuple[onnx.ModelProto, FileWeights | No
 
 def _passes_checker(path: str) -> bool:
     """Whether onnx's checker passes the file at ``path``, reading it itself: checking a loaded
-    proto serializes it, a second copy of the weights at the peak (BERT-base: 330 MB). A file
+    proto serializes it, a second copy of the weights at the peak. A file
     it refuses is checked again once loaded, for the message."""
     try:
         onnx.checker.check_model(path)
@@ -116,7 +114,7 @@ def has_external_data(model) -> bool:
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
         proto = _parse(bytes(model))
-    else:  # read without its large weights' bytes (BERT-base's whole proto: 880 MB at the peak)
+    else:  # read without its large weights' bytes, which a whole proto would hold
         proto, left = read_leaving_weights(os.fspath(model), load_external_data=False)
         return any(onnx.external_data_helper.uses_external_data(t) and t.name not in left
                    for t in proto.graph.initializer)
@@ -373,8 +371,8 @@ class _Importer:
 
 def _constant_of_shape(proto: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:
     """ConstantOfShape's output, a view of its one value broadcast: the reference evaluator
-    fills an array, which the constant then copied (light AlexNet's 151 MB weight held twice
-    while importing)."""
+    fills an array, which the constant then copied (a large weight held twice while
+    importing)."""
     value = next((numpy_helper.to_array(a.t) for a in proto.attribute if a.name == "value"),
                  np.zeros(1, np.float32))
     if value.size != 1 or shape.ndim != 1 or (shape < 0).any():

@@ -2,7 +2,7 @@
 
 ``onnx.load`` parses every initializer's bytes into the proto, whose memory (protobuf's arena)
 lives as long as any part of the proto does: with the ODLA constants made from it, the weights
-were held twice at the import's peak (BERT-base: 420 MB more), and onnx's checker read the
+were held twice at the import's peak, and onnx's checker read the
 file whole once more. ``read_leaving_weights`` walks the file's protobuf encoding instead and
 parses the model with its large initializers as external data in the model file itself (what
 onnx's external-data format writes, so the checker validates the model without their bytes);

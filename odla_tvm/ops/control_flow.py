@@ -1,23 +1,8 @@
 """ODLA control flow (odla_ops_control_flow.h): branches and loops, built as in the C API by
 calls that open and end bodies of the current computation. Inside a body,
-``set_value_as_output`` names the body's results instead of the computation's outputs.
-
-    begin_if(condition)
-    enter_branch_body(True)
-    set_value_as_output(odla.add(x, one))      # the true branch's result
-    enter_branch_body(False)
-    set_value_as_output(odla.sub(x, one))      # the false branch's result
-    (y,) = end_if()
-
-    begin_loop(trip_count)
-    total = create_loop_variable(zeros)        # the loop's state inside its body
-    set_value_as_output(odla.add(total, x))    # the state's value in the next iteration
-    last, history = end_loop(None, [total], [LoopOutputMode.FWD_AFTER])
-
-A loop's body gives one next value per loop variable, in the order the variables were
-created. The loop stops after ``trip_count`` iterations, or after the first iteration whose
-``condition`` (a value of the body, given to end_loop) is false. Both compile to Relax control
-flow; they are not run in interpret mode.
+``set_value_as_output`` names the body's results instead of the computation's outputs
+(begin_if and begin_loop show how). Both compile to Relax control flow; they are not run in
+interpret mode.
 """
 
 from __future__ import annotations
@@ -89,7 +74,15 @@ def _ids(op_name: str, value_ids, default):
 
 def begin_if(condition: Value, value_id: str | None = None) -> None:
     """Opens a branch on the one-element ``condition`` (non-zero is true); ``value_id`` names
-    its results when end_if is given no ids."""
+    its results when end_if is given no ids.
+
+        begin_if(condition)
+        enter_branch_body(True)
+        set_value_as_output(odla.add(x, one))      # the true branch's result
+        enter_branch_body(False)
+        set_value_as_output(odla.sub(x, one))      # the false branch's result
+        (y,) = end_if()
+    """
     comp = current_computation()
     comp.scopes.append(_IfScope(_compiled_value("BeginIf", "condition", condition), value_id))
 
@@ -133,7 +126,17 @@ def end_if(value_ids=None) -> list[Value]:
 
 def begin_loop(trip_count: Value | None, value_id: str | None = None) -> None:
     """Opens a loop body run at most ``trip_count`` (a one-element integer value; None: no
-    limit) times; ``value_id`` names its results when end_loop is given no ids."""
+    limit) times; ``value_id`` names its results when end_loop is given no ids.
+
+        begin_loop(trip_count)
+        total = create_loop_variable(zeros)        # the loop's state inside its body
+        set_value_as_output(odla.add(total, x))    # the state's value in the next iteration
+        last, history = end_loop(None, [total], [LoopOutputMode.FWD_AFTER])
+
+    The body gives one next value per loop variable, in the order the variables were created.
+    The loop stops after ``trip_count`` iterations, or after the first iteration whose
+    ``condition`` (a value of the body, given to end_loop) is false.
+    """
     comp = current_computation()
     if trip_count is not None:
         _compiled_value("BeginLoop", "trip_count", trip_count)

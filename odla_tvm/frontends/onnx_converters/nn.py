@@ -134,8 +134,8 @@ class _PoolWindow:
         # Offsets whose every window position lies in ceil_mode's overhang (past the input
         # and its declared padding) add only the fill: skipped, so a kernel far larger than
         # its input (transformers' EfficientNet pools 7x7 with a 1280x1280 window) costs
-        # what its input has, not 1.6M slices; and the padding stops where the last slice
-        # ends, not 8 GB of zeros further.
+        # what its input has, not millions of slices; and the padding stops where the last
+        # slice ends, not gigabytes of zeros further.
         reach = [min(k, -(-(f + n + b) // d)) for k, f, n, b, d in
                  zip(self.kernel, self.front, shape[2:], self.declared_back, self.dilations)]
         back = [min(b, max(0, (r - 1) * d + (c - 1) * s + 1 - f - n)) for b, r, d, c, s, f, n in

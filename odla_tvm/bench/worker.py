@@ -1,17 +1,9 @@
 """One path of ``odla-tvm bench`` in a process of its own, so that its import and compile time
-and its peak memory are its own (odla_tvm.benchmark starts it as ``python -P`` with this file's
-path: onnxruntime's and OpenVINO's processes never import TVM, which alone takes about
-230 MB).
+and its peak memory are its own.
 
-Protocol, pickles on stdin and on the process's original stdout (what libraries print goes to
-stderr): the job (a dict: path, model, feeds, threads, cache_dir) comes first; the reply gives
-``load_s`` (import and compile, or session creation), ``first_s`` and ``outputs`` of the first
-run, or ``error``. Then ``("turn", untimed, timed)`` runs the model that many times and
-answers the timed runs' seconds, ``("checks", runs)`` answers the median seconds an ODLA run
-spends in its run-time checks (their kernels and host calls, from that many profiled runs;
-None on other paths), and ``("close",)`` answers the peak RSS in MB (``peak_rss_mb``) and
-exits.
-Nothing here imports odla_tvm at module level.
+process.PathProcess starts it as ``python -P`` with this file's path. Nothing here imports
+odla_tvm at module level, so onnxruntime's and OpenVINO's processes never load TVM. main()
+describes the protocol.
 """
 
 import importlib
@@ -119,7 +111,7 @@ def peak_rss_mb() -> float:
     """This process's peak resident memory in MB: Linux's VmHWM, which starts afresh at exec.
     Not ``getrusage(RUSAGE_SELF).ru_maxrss``: Linux carries that across exec, so a child
     started from the bench's process (which holds TVM) would report the bench's peak too
-    (measured: a child of an 800 MB parent reported 811 MB, VmHWM 11 MB)."""
+    (a child of a large parent would report about the parent's peak)."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -131,6 +123,14 @@ def peak_rss_mb() -> float:
 
 
 def main() -> None:
+    """Serves the bench: pickles on stdin, replies pickled on the process's original stdout
+    (what libraries print goes to stderr). The job (a dict: path, model, feeds, threads,
+    cache_dir) comes first; the reply gives ``load_s`` (import and compile, or session
+    creation), ``first_s`` and ``outputs`` of the first run, or ``error``. Then
+    ``("turn", untimed, timed)`` runs the model that many times and answers the timed runs'
+    seconds, ``("checks", runs)`` answers the median seconds an ODLA run spends in its run-time
+    checks (their kernels and host calls, from that many profiled runs; None on other paths),
+    and ``("close",)`` answers the peak RSS in MB (``peak_rss_mb``) and exits."""
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # what TVM or OpenVINO print goes to stderr, not into the replies
     requests = sys.stdin.buffer

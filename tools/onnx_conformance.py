@@ -1,7 +1,7 @@
 """ONNX conformance: onnx's node test cases and light models run through the ONNX backend
 (import, compile, run) and checked against their reference outputs.
 
-Each case runs in a worker process with a time limit (odla_tvm.isolation), so a case that
+Each case runs in a worker process with a time limit (tools.isolation), so a case that
 hangs or crashes the process counts as one failure with its cause. ``scripts/conformance.py`` runs them all and
 writes docs/conformance.md; the tests run a subset through the same code.
 """
@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .. import isolation
+from . import isolation
 
 LIGHT_PREFIX = "onnx/backend/test/data/light/"
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
@@ -146,8 +146,8 @@ def cause_of(message: str) -> str:
 
 def run_case(case: Case, device: str = "CPU") -> Result:
     """Imports, compiles and runs one case through the ONNX backend and checks its outputs."""
-    from ..types import OdlaError, Status
-    from . import onnx_backend
+    from odla_tvm.frontends import onnx_backend
+    from odla_tvm.types import OdlaError, Status
 
     start = time.perf_counter()
 

@@ -1,0 +1,159 @@
+"""The bench: each model timed on every path, each path in a process of its own.
+
+Paths: ``default``, odla-tvm's DEFAULT device, loaded as a user's first Session.from_onnx
+loads it; ``tvm``, the INTEL_X86 device (TVM's build alone), loaded alike; ``onnxruntime``,
+the reference for outputs and ratios; ``openvino`` where installed (the ``bench`` extra);
+``tuned``, INTEL_X86 with the host-cpu tuning records where some apply; ``cached``, DEFAULT
+again in a new process, loading the engine ``default`` kept. Only ``tuned`` sees tuning
+records; every path gets the same inputs and threads, and they are timed in turns
+(timing.latency_in_turns) so that drift in the machine's load reaches each alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+import targets
+from targets.runner import cache_dir as default_cache_dir
+
+from ..types import check_count
+from .models import LIGHT_MODELS, model_files, model_inputs, read_model
+from .process import PathProcess
+from .results import MATCH_ATOL, MATCH_RTOL, PATHS, ModelResult, PathResult
+from .timing import latency_alone, latency_in_turns
+
+log = logging.getLogger(__name__)
+
+IN_TURNS = PATHS  # cached only loads
+# A pure-TVM first run slower than this is timed alone, before the turns (a turn lasts at least
+# one run, and such a model timed alone measured faster than in turns).
+IN_TURNS_MAX_S = 2.0
+BENCH_EXTRA = "pip install -e '.[bench]'"
+
+
+def openvino_missing() -> str | None:
+    """Why the openvino path cannot run here (None when it can)."""
+    try:
+        import openvino  # noqa: F401
+    except ImportError as err:
+        return f"OpenVINO is not installed ({err}); {BENCH_EXTRA}"
+    return None
+
+
+def _matches(outputs, expected) -> bool:
+    return len(outputs) == len(expected) and all(
+        np.shape(o) == np.shape(e) and np.allclose(o, e, rtol=MATCH_RTOL, atol=MATCH_ATOL)
+        for o, e in zip(outputs, expected))
+
+
+def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cache_dir=None,
+                batch: int = 1, seconds: float = 3.0) -> ModelResult:
+    """Times the ONNX model in ``model_path`` on every path (see the module's doc): onnxruntime
+    first (the reference), then the rest in turns (the pure-TVM build alone first, where its
+    first run is slower than IN_TURNS_MAX_S)."""
+    result = ModelResult(name, os.fspath(model_path))
+    feeds = model_inputs(read_model(model_path), batch)
+    tuning_dir = cache_dir if cache_dir is not None else default_cache_dir()
+    processes: dict[str, PathProcess] = {}
+    expected = None
+
+    def start(path: str, cache: str) -> PathProcess | None:
+        log.info("%s: %s: importing and compiling", name, path)
+        process = processes[path] = PathProcess(path, result.path, feeds, threads, cache)
+        ready = process.ready
+        result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
+                                        error=process.error)
+        if process.error:
+            stop(path)
+            return None
+        if expected is not None:
+            result.paths[path].match = _matches(ready.pop("outputs"), expected)
+        return process
+
+    def stop(path: str) -> None:
+        result.paths[path].peak_rss_mb = processes.pop(path).close()
+
+    with tempfile.TemporaryDirectory() as no_records, tempfile.TemporaryDirectory() as engines:
+        try:
+            reference = start("onnxruntime", no_records)
+            if reference is None:
+                result.error = f"onnxruntime: {result.paths['onnxruntime'].error}"
+                return result
+            expected = reference.ready.pop("outputs")
+            tvm = start("tvm", no_records)
+            if tvm is not None and tvm.ready["first_s"] > IN_TURNS_MAX_S:
+                latency = latency_alone(tvm, tvm.ready["first_s"], runs)
+                result.paths["tvm"].seconds, result.paths["tvm"].runs = latency
+                result.paths["tvm"].checks_s = tvm.checks(1)
+                stop("tvm")
+            start("default", engines)  # keeps its engine there, as a first load does
+            missing = openvino_missing()
+            if missing:
+                result.paths["openvino"] = PathResult(error=missing)
+            else:
+                start("openvino", no_records)
+            if targets.find_database(targets.host_cpu(), tuning_dir) is not None:
+                _tuned(result, start("tuned", os.fspath(tuning_dir)), tuning_dir, stop)
+            latency = latency_in_turns({p: processes[p] for p in IN_TURNS if p in processes},
+                                       runs, seconds)
+            for path, (median, timed) in latency.items():
+                result.paths[path].seconds, result.paths[path].runs = median, timed
+            for path in ("default", "tvm"):
+                if path in processes:
+                    result.paths[path].checks_s = processes[path].checks(runs)
+            for path in list(processes):
+                stop(path)
+            if "default" in result.paths and not result.paths["default"].error:
+                if start("cached", engines) is not None:  # reads what default kept
+                    stop("cached")
+        finally:
+            for path in list(processes):
+                stop(path)
+    return result
+
+
+def _tuned(result: ModelResult, process, tuning_dir, stop) -> None:
+    """The tuned path's kernel counts and tuning spent; dropped where no record applied."""
+    if process is None:
+        return
+    result.tuned_kernels = process.ready["tuned_kernels"]
+    if not result.tuned_kernels:
+        stop("tuned")
+        del result.paths["tuned"]
+        return
+    result.kernels = process.ready["kernels"]
+    label = os.path.splitext(os.path.basename(result.path))[0]
+    log_runs = targets.TuningDatabase(targets.host_cpu(), tuning_dir).metadata().get("runs", [])
+    spent = [run for run in log_runs if run.get("label") == label]
+    result.tuning_trials = sum(run["trials"] for run in spent)
+    result.tuning_minutes = sum(run["seconds"] for run in spent) / 60
+
+
+def bench_models(models: list[tuple[str, str]], threads: int = 2, runs: int = 5, cache_dir=None,
+                 batch: int = 1, seconds: float = 3.0, on_result=None) -> list[ModelResult]:
+    """Times each (name, ONNX path); a model that fails is reported with its error. Every
+    model's file and inputs are checked first."""
+    check_count(threads, 1, "threads")
+    check_count(runs, 3, "runs")
+    for _, path in models:
+        model_inputs(read_model(path), batch)
+    results = []
+    for name, path in models:
+        try:
+            result = bench_model(name, path, threads, runs, cache_dir, batch, seconds)
+        except Exception as err:  # noqa: BLE001 (one model's failure is a row of the report)
+            result = ModelResult(name, path, error=f"{type(err).__name__}: {err}"[:300])
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def bench_light_models(names=LIGHT_MODELS, threads: int = 2, runs: int = 5, cache_dir=None,
+                       on_result=None) -> list[ModelResult]:
+    """Times each named light model (see bench_models)."""
+    return bench_models(model_files(names=names), threads, runs, cache_dir, on_result=on_result)

@@ -1,0 +1,62 @@
+"""What the bench found: a path's result on a model and a model's over every path."""
+
+from __future__ import annotations
+
+import dataclasses
+
+# A path's outputs match where they lie this close to onnxruntime's.
+MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
+PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned")
+
+
+@dataclasses.dataclass
+class PathResult:
+    """One model on one path. ``seconds``: the median of ``runs`` timed runs (None: it did not
+    run, ``error`` says why); ``load_s``: ONNX import and compile (ODLA paths) or session
+    creation; ``match``: its outputs against onnxruntime's."""
+
+    seconds: float | None = None
+    runs: int = 0
+    load_s: float | None = None
+    peak_rss_mb: float | None = None
+    match: bool | None = None
+    target: str = ""  # ODLA paths: the target the device compiled for
+    error: str = ""
+    checks_s: float | None = None  # ODLA paths: a run's time in its run-time checks
+
+
+@dataclasses.dataclass
+class ModelResult:
+    name: str
+    path: str = ""
+    paths: dict[str, PathResult] = dataclasses.field(default_factory=dict)
+    tuned_kernels: int = 0  # kernels of the tuned build that took a schedule from the records
+    kernels: int = 0  # kernels of the tuned build
+    tuning_trials: int = 0  # trials the database's run log spent on this model
+    tuning_minutes: float = 0.0
+    error: str = ""  # the model did not run (onnxruntime, the reference, failed)
+
+    def seconds(self, path: str) -> float | None:
+        return self.paths[path].seconds if path in self.paths else None
+
+    def ratio(self, path: str) -> float | None:
+        """``path``'s latency over onnxruntime's (None where either did not run)."""
+        seconds, reference = self.seconds(path), self.seconds("onnxruntime")
+        return None if seconds is None or not reference else seconds / reference
+
+    def summary(self) -> str:
+        if self.error:
+            return f"{self.name}: failed: {self.error}"
+        parts = []
+        for path in PATHS:
+            if path in self.paths:
+                ratio = self.ratio(path)
+                parts.append(f"{path} {ms(self.seconds(path))} ms"
+                             + (f" ({ratio:.2f}x)" if ratio and path != "onnxruntime" else ""))
+        return f"{self.name}: " + ", ".join(parts)
+
+
+def ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.1f}" if seconds >= 1e-3 else f"{seconds * 1e3:.3f}"
