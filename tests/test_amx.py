@@ -18,7 +18,7 @@ from tvm import relax, tirx
 from tvm.target.codegen import llvm_lookup_intrinsic_id
 
 import targets
-from targets import amx
+from targets.cpu import amx
 from targets.runtime import compile_module, default_scheduled, fused_kernels
 from targets.tuning import _scheduled_already
 
@@ -112,7 +112,7 @@ _GUARDED_RUN = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np, tvm
     import targets
-    from targets import amx, codegen
+    from targets.cpu import amx, codegen
 
     rng = np.random.default_rng(3)
 

@@ -16,8 +16,8 @@ import odla_tvm as odla
 import targets
 from odla_tvm import ElementType, ValueType, ops
 from odla_tvm.demo import build_small_cnn
-from targets import cpu_schedules as cs
-from targets.layouts import fold_constant_layouts
+from targets.cpu import schedules as cs
+from targets.cpu.layouts import fold_constant_layouts
 from targets.runtime import _kernels, _scheduled, compile_module
 
 # This CPU's float32 rules, without AMX where it has it (targets.amx would take the matmuls).
@@ -471,7 +471,7 @@ def test_a_guarded_vector_loop_runs_its_whole_vectors_unguarded(lane_index):
     every vector of it; the pass runs the loop as whole vectors where its last lane meets the
     guard (every lane does, the guard's index rising with the lane) and as it was otherwise.
     A guard it cannot bound by the last lane is left alone."""
-    from targets.vector_tails import whole_vectors
+    from targets.cpu.vector_tails import whole_vectors
 
     kernel = _tail_kernel(lane_index)
     split = whole_vectors(tvm.IRModule({"kernel": kernel}))["kernel"]

@@ -8,7 +8,7 @@ import pytest
 from tvm import relax
 from tvm.script import tirx as T
 
-from targets import in_place
+from targets.cpu import in_place
 from targets.runtime import compile_module
 from tests.test_cpu_schedules import HOST, data, relax_module
 

@@ -22,8 +22,8 @@ from odla_tvm import ElementType as E
 from odla_tvm import MemoryLayout as L
 from odla_tvm import ValueType as VT
 from odla_tvm.frontends.onnx import import_model
-from targets import onednn
-from targets.conv_rewrites import matmul_share, winograd_share
+from targets.plugins import onednn
+from targets.cpu.conv_rewrites import matmul_share, winograd_share
 
 import reference as ref
 

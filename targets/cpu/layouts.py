@@ -15,7 +15,7 @@ from tvm import relax
 
 import relay_bridge
 
-from .weights import WeightFiles
+from ..weights import WeightFiles
 
 # relax op -> layouts of its data and weight operands, as relax.transform.ConvertLayout takes them
 CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}

@@ -31,7 +31,7 @@ from tvm.relax.dpl import DFPattern
 import relay_bridge
 import toolchain
 
-from .layouts import fold_constant_layouts
+from ..cpu.layouts import fold_constant_layouts
 
 log = logging.getLogger(__name__)
 

@@ -61,9 +61,9 @@ from tvm.target.codegen import target_has_features
 
 from relay_bridge import computed_constant, constant_view
 
-from .cpu_schedules import RULE_ATTR
-from .layouts import op_name, rewrite_functions, static_dims
-from .weights import WeightFiles
+from ..schedules import RULE_ATTR
+from ..layouts import op_name, rewrite_functions, static_dims
+from ...weights import WeightFiles
 
 AMX_FEATURES = ("amx-tile", "amx-bf16")  # LLVM's names; /proc/cpuinfo says amx_tile, amx_bf16
 MIN_ROWS = 32  # fewer rows leave most of a task's tiles empty: the float32 kernels take them

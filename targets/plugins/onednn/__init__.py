@@ -29,9 +29,9 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
-from .conv_rewrites import matmul_share, winograd_share
-from .layouts import op_name, rewrite_functions
-from .plugins import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
+from ...cpu.conv_rewrites import matmul_share, winograd_share
+from ...cpu.layouts import op_name, rewrite_functions
+from .. import PluginPattern, PluginUnavailable, VendorPlugin, composite_steps, static_library
 
 # oneDNN's OpenMP threads wait for the next region spinning about 0.1 ms (libgomp counts some
 # 100000 spins a millisecond), then asleep, unless the user chose a policy. Asleep at once
@@ -847,7 +847,7 @@ def _region_source(region: relax.Function) -> tuple[str, str]:
 
 def _source_dir() -> str:
     """targets/onednn: region.h, which generated code includes, and runtime.cc."""
-    return os.fspath(resources.files("targets").joinpath("onednn"))
+    return os.fspath(resources.files("targets.plugins.onednn"))
 
 
 def _region_header() -> str:
@@ -858,7 +858,7 @@ def _runtime() -> tvm.runtime.Module:
     """runtime.cc as an object every model library with regions links: compiled once per
     machine and cached (it takes g++ seconds; the tables of a model's regions take a fraction
     of one). Its symbols are hidden but the call counter: each model library has its own."""
-    source = resources.files("targets").joinpath("onednn", "runtime.cc").read_text()
+    source = resources.files("targets.plugins.onednn").joinpath("runtime.cc").read_text()
     return static_library(source, [CALLS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
                            "-I", _source_dir()], headers=[_region_header()])
