@@ -36,7 +36,7 @@ from tvm import relax, te, topi
 # weights are transformed here in the graph, which needs their numbers.
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from .layouts import op_name, rewrite_functions, static_dims
+from ..relax_rewrites import op_name, rewrite_functions, static_dims
 
 _CONV2D = "relax.nn.conv2d"
 

@@ -28,7 +28,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .layouts import called_kernels, op_name, rewrite_functions, without_uncalled
+from ..relax_rewrites import called_kernels, op_name, rewrite_functions, without_uncalled
 
 SUFFIX = "_inplace"
 

@@ -12,7 +12,7 @@ from tvm import relax
 from relay_bridge import computed_constant, constant_view
 
 from ...weights import WeightFiles
-from ..layouts import op_name, rewrite_functions, static_dims
+from ...relax_rewrites import op_name, rewrite_functions, static_dims
 from .kernel import amx_kernel
 from .parts import (_activation_parts, _pointwise_parts, _window_parts, parts_kernel, weight_parts,
                     weight_parts_shape, Window)

@@ -11,7 +11,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
 from .. import PluginPattern
-from ...cpu.layouts import op_name, rewrite_functions
+from ...relax_rewrites import op_name, rewrite_functions
 
 
 def _shape(expr) -> tuple[int, ...] | None:
