@@ -1,4 +1,4 @@
-"""Matrix products on AMX tiles (targets.amx): the bfloat16 parts of a float32 sum to it, the
+"""Matrix products on AMX tiles (targets.cpu.amx): the bfloat16 parts of a float32 sum to it, the
 kernels lay them out as AMX reads them, and where the host has AMX a matmul by constant
 weights computes on it with float32's accuracy (against float64 NumPy) and float32's
 infinities and NaNs."""

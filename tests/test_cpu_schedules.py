@@ -1,4 +1,4 @@
-"""Default CPU schedules (targets.cpu_schedules): each rule takes the kernels it is for, on
+"""Default CPU schedules (targets.cpu.schedules): each rule takes the kernels it is for, on
 odd, tiny and ordinary shapes and several dtypes, and the scheduled build computes what NumPy
 does; every kernel of a default CPU build is scheduled (a small CNN, a transformer block, for
 the host and for cross targets); tuning records still come first."""
@@ -21,7 +21,7 @@ from targets.cpu.schedules import contraction, primitives
 from targets.cpu.layouts import fold_constant_layouts
 from targets.runtime import _kernels, _scheduled, compile_module
 
-# This CPU's float32 rules, without AMX where it has it (targets.amx would take the matmuls).
+# This CPU's float32 rules, without AMX where it has it (targets.cpu.amx would take the matmuls).
 HOST = dataclasses.replace(targets.host_cpu(), cpu_flags=(), target={
     key: value for key, value in targets.host_cpu().target.items() if key != "mattr"})
 RNG = np.random.default_rng(7)
@@ -468,7 +468,7 @@ def _vector_stores(func) -> int:
                     reason="the kernels' vectors are AVX-512's")
 @pytest.mark.parametrize("lane_index", ["rising", "falling"])
 def test_a_guarded_vector_loop_runs_its_whole_vectors_unguarded(lane_index):
-    """targets.vector_tails: TVM's vectorizer scalarizes a loop whose guard differs by lane,
+    """targets.cpu.vector_tails: TVM's vectorizer scalarizes a loop whose guard differs by lane,
     every vector of it; the pass runs the loop as whole vectors where its last lane meets the
     guard (every lane does, the guard's index rising with the lane) and as it was otherwise.
     A guard it cannot bound by the last lane is left alone."""
@@ -1060,7 +1060,8 @@ def test_a_kernel_whose_schedule_fails_to_build_is_built_unscheduled(monkeypatch
     def refused(self, sch, func, target):
         if not rows(self, sch, func, target):
             return False
-        partials = next(b for b in primitives._root_blocks(sch) if sch.get(b).name_hint.endswith("_rf"))
+        partials = next(b for b in primitives._root_blocks(sch)
+                        if sch.get(b).name_hint.endswith("_rf"))
         sch.vectorize(sch.get_loops(partials)[0])
         return True
 

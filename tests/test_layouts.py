@@ -1,6 +1,6 @@
-"""The layouts of tuned CPU kernels (targets.layouts): convolutions converted to NHWC with the ops
-around them following, channel constants made full rank so that they can follow, weights marked
-for prepacking; the numbers stay onnxruntime's."""
+"""The layouts of tuned CPU kernels (targets.cpu.layouts): convolutions converted to NHWC with
+the ops around them following, channel constants made full rank so that they can follow,
+weights marked for prepacking; the numbers stay onnxruntime's."""
 
 import dataclasses
 import math

@@ -785,7 +785,8 @@ def test_the_vm_runs_the_in_memory_build_calling_only_the_vendor_parts_linked():
 
 def test_without_onednn_the_device_says_what_to_install_and_the_cpu_still_works(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(onednn_library, "PREFIX", str(tmp_path))  # no include/dnnl.hpp, no lib/libdnnl.so
+    # no include/dnnl.hpp, no lib/libdnnl.so
+    monkeypatch.setattr(onednn_library, "PREFIX", str(tmp_path))
     with pytest.raises(odla.OdlaError) as err:
         odla.allocate_device(device_name=DeviceName.INTEL_DNNL)
     assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE

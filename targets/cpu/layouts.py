@@ -1,10 +1,10 @@
 """The data layouts a target's tuned kernels work in, and the passes that convert a graph to them.
 
-MetaSchedule's CPU schedules vectorize the innermost axis of a kernel's output. In NCHW that is
-the width (7 to 112 in a CNN), in NHWC the channels (64 to 2048): measured here on resnet50's 3x3
-convolutions, 48 trials each, NHWC reached 186 GFLOPS against NCHW's 110. So CPU targets convert
-convolutions to NHWC before their kernels are fused; ops around them follow the new layout, and
-the graph transposes only where an op cannot (its inputs and outputs keep the model's layouts).
+CPU schedules vectorize the innermost axis of a kernel's output: in NCHW the width (7 to 112 in
+a CNN), in NHWC the channels (64 to 2048). So CPU targets convert convolutions to NHWC before
+their kernels are fused; ops around them follow the new layout, and the graph transposes only
+where an op cannot (its inputs and outputs keep the model's layouts). Constants' layout changes
+are folded when compiling, by NumPy, into the weight files where there are some.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def _transposed(arrays: list[np.ndarray], call: relax.Call, out: np.ndarray, cop
 # products folded here; in relax.transform.FoldConstant, one build per kernel).
 # Each fold writes the call's value, from the data of its tensor operands, into ``out`` (a view
 # of the folded constant's memory), a copy through ``copy`` (WeightFiles.copy or copy_plain:
-# out, value, what it reads). A reshape is a view of its operand's tensor instead (copying
-# resnet50's 156 MB of reshaped taps took 0.5 s: fresh memory is slow to fill on these VMs).
+# out, value, what it reads). A reshape is a view of its operand's tensor instead (a copy
+# fills fresh memory, which is slow).
 _NUMPY_FOLDS = {
     "relax.permute_dims": _transposed,
     "relax.matmul": lambda arrays, _call, out, _copy: np.matmul(*arrays, out=out),
@@ -135,8 +135,8 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
 
     def _constant(self, expr):
-        """The constant's data: a view of its tensor (a copy of vgg19's 411 MB weight took
-        memory the size of it again), or a copy for a dtype NumPy views lack (bfloat16)."""
+        """The constant's data: a view of its tensor (a copy would hold its memory twice), or
+        a copy for a dtype NumPy views lack (bfloat16)."""
         expr = self._bound(expr)
         if not isinstance(expr, tvm.ir.expr.Constant):
             return None

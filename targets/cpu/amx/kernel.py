@@ -63,8 +63,8 @@ def _window_tile(a: tirx.Buffer, kernel: tuple, stride: int, width, channel_bloc
 def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
     """The AMX kernel of one kind (tasks of rows or of columns; a window's ``(kernel,
     stride)`` or None) with its sizes as parameters, for amx_kernel to specialize: rows,
-    columns, step_blocks, and a window's width, channel_blocks and A's rows. Parsing
-    TVMScript takes 0.1 s a kernel, and ResNet-50 has 21 sizes of 6 kinds."""
+    columns, step_blocks, and a window's width, channel_blocks and A's rows (parsing
+    TVMScript is slow, and a model has many sizes of few kinds)."""
     tile_bytes = 2 * STEPS
 
     def pairs(extent):
@@ -91,8 +91,7 @@ def _amx_template(rows_outer: bool, window: tuple | None) -> tirx.PrimFunc:
     @T.macro
     def prefetch_activations(a, row_tile, step_block, product, width, channel_blocks):
         """_prefetch_weights' share of the activations' lines: tile loads from L2 wait on
-        it, from L1 much less (tuned pure-TVM ResNet-50, with the weights' prefetches in every
-        block too, alternated with the kernels before: 25.10 -> 23.21 ms)."""
+        it, from L1 much less."""
         for share in T.unroll(_PREFETCHES):
             T.evaluate(_prefetch(activation_line(a, row_tile, step_block,
                                                  product * _PREFETCHES + share, width,

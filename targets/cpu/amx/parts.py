@@ -34,7 +34,7 @@ def float32_parts(values: np.ndarray) -> list[np.ndarray]:
             rest = rest - (rest.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
             parts.append((rest.view(np.uint32) >> 16).astype(np.uint16))
     # The few elements the rule makes otherwise, found by index: masks and selects over
-    # every element took most of the time (weight_parts of 768 x 3072: 63 -> 47 ms).
+    # every element took most of the time.
     flat, parts_flat = bits.reshape(-1), [part.reshape(-1) for part in parts]
     for part in parts_flat[1:]:
         zero = np.flatnonzero(part == 0)
@@ -96,8 +96,7 @@ def _int64(dims) -> list[tirx.IntImm]:
 def _activation_parts(x: te.Tensor, padded_rows: int, padded_depth: int) -> te.Tensor:
     """[.., M, K] float32 (its rows M: all but the last axis) -> parts as tiles of A, [Mp /
     ROWS, Kp / STEPS, PARTS, ROWS, STEPS] uint16, zeros past M and K. Read in place, not
-    through a reshape to [M, K]: a fused producer read through the reshape's index (a GELU's
-    in ViT-B/16) took 3.8 ms a run, 3.2 so."""
+    through a reshape to [M, K], whose index a fused producer (a GELU) is slower through."""
     dims = [int(d) for d in x.shape]
     rows, depth = int(np.prod(dims[:-1])), dims[-1]
 
@@ -192,9 +191,8 @@ def scheduled_parts(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     is written once as parts, not also as float32), else None: the producers inlined, the
     first two loops in parallel, a row's channels in vectors, and the three parts unrolled
     within, so they share the value's load, producers and bit operations (LLVM computes them
-    once: ViT-B/16's fused GELU took 3.21 ms a run so, 3.23 with its vector computed into a
-    buffer first; the default rules' loops made each part alone, and each of those computed
-    all three: ResNet-50's 56 x 56 x 256 pixels took 0.40 ms, 0.15 so)."""
+    once; the default rules' loops made each part alone, and each of those computed all
+    three)."""
     names = []
     tvm_ffi.structural_map(func.body, (s_tir.SBlock, lambda b: names.append(b.name_hint) or b))
     found = [name for name in _PARTS_BLOCKS if name in names]
@@ -250,8 +248,8 @@ def weight_parts(weight: np.ndarray, out: np.ndarray, after_slab=None) -> None:
     """[K, N] float32 -> parts as tiles of B in ``out`` (weight_parts_shape, uint16): a tile's
     row holds its 16 columns' values for two reduction steps, the columns' pairs side by side
     (AMX's layout); zeros past K and N. Made _SLAB_COLUMNS columns at a time, calling
-    ``after_slab`` after each (GPT-2's output projection's parts, 232 MB, were made whole
-    with four temporaries as large)."""
+    ``after_slab`` after each (made whole, a large weight's parts needed four temporaries
+    as large)."""
     depth, columns = weight.shape
     padded_depth = _round_up(depth, STEPS)
     for first in range(0, out.shape[0] * COLUMNS, _SLAB_COLUMNS):

@@ -43,10 +43,9 @@ def _weight_line(b: tirx.Buffer, column_tile, step_block, line) -> tirx.PrimExpr
 def _prefetch_weights(b, column_tile, step_block, product):
     """After product ``product`` (0 to _PRODUCTS - 1) of a step block, a prefetch into L1 of
     its share of step block ``step_block``'s weight lines. Spread between the products, the
-    memory keeps streaming while the tiles multiply: the 49 x 1024 by 1024 x 2048 kernel, its
-    weights from memory, 0.81 -> 0.72 ms; all at once after a step block's products, it slowed
-    down (0.53 -> 0.55-0.69 ms), its tile loads then waiting behind the prefetches. Weights
-    read from L2 gain too (the tile loads wait on L2 otherwise; with the activations', below)."""
+    memory keeps streaming while the tiles multiply; all at once after a step block's
+    products, the tile loads wait behind the prefetches. Weights read from L2 gain too (the
+    tile loads wait on L2 otherwise)."""
     for share in T.unroll(_PREFETCHES):
         T.evaluate(_prefetch(_weight_line(b, column_tile, step_block,
                                           product * _PREFETCHES + share)))
@@ -67,9 +66,7 @@ def _output_line(c: tirx.Buffer, row_tile, column_tile, line, rows, columns) -> 
 def _prefetch_output(c, row_tile, column_tile, product, rows, columns):
     """During a block's last step block, after product ``product``, a prefetch for writing of
     a share of the block's lines of C, which its tile stores then find in L1 rather than read
-    for ownership from L2 or memory as they store (alternated with the kernels before: ResNet-50
-    23.66 -> 23.13, 23.38 -> 23.16 and 23.24 -> 23.00 ms; BERT-base 63.46 -> 61.96 and 65.31 ->
-    63.92). One step block earlier was no faster."""
+    for ownership from L2 or memory as they store. One step block earlier was no faster."""
     for share in T.unroll(_OUTPUT_PREFETCHES):
         if product * _OUTPUT_PREFETCHES + share < _OUTPUT_LINES:
             T.evaluate(_prefetch(_output_line(c, row_tile, column_tile,
@@ -92,9 +89,7 @@ def _prefetch_next_task(b, column_tile, step_blocks, slot, slots):
     """At product ``slot`` of ``slots`` in the blocks of rows after a task's first, which read
     its weights from L2, a prefetch into L1 of a share of the next task's weights (its two
     column tiles follow this task's), at most one line a product: more held the fill buffers
-    the tile loads from L2 wait for (49 x 1024 by 1024 x 2048, 2 blocks, 4 lines a product:
-    0.76 -> 0.91 ms from memory), while one at most gains (from memory, 196 x 256 by 256 x
-    1024, 7 blocks: 0.25 -> 0.23 ms; 224 x 2304 by 2304 x 256, a 3x3 window, 0.49 -> 0.44)."""
+    the tile loads from L2 wait for."""
     if _next_task_line(step_blocks, slot, slots) > _next_task_line(step_blocks, slot - 1, slots):
         T.evaluate(_prefetch(_weight_line(
             b, column_tile + 2 + _next_task_line(step_blocks, slot, slots) // (

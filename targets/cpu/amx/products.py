@@ -20,8 +20,7 @@ from .tiles import _round_up, ROWS, STEPS
 
 MIN_ROWS = 32  # fewer rows leave most of a task's tiles empty: the float32 kernels take them
 # Less arithmetic than this (2 M K N) stays float32, where the float32 kernel's fused epilogue
-# and no parts to write beat AMX: MobileNetV2's 1x1 convolutions (5-40 MFLOP) took 6.2 ms a
-# run on AMX, 4.7 without; ResNet-50's (103-206 MFLOP) 350-530 GFLOP/s on AMX.
+# and no parts to write beat AMX.
 MIN_FLOPS = 1 << 26
 
 

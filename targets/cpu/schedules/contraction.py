@@ -24,10 +24,6 @@ from .reductions import _schedule_reductions
 # j innermost: each tile of rows of A is read once into L1 and its outputs are written as whole
 # rows, where tiles of j outermost went over all of A and the output once per tile of j, a
 # strided stream. B's larger than this stay outermost, read from L1 per tile instead of L2.
-# Pure-TVM on a 2-core Xeon (2 MB of L2 a core), median ms with B's up to 0 / 256 KiB / 512
-# KiB / 1 MiB / 4 MiB inside: ResNet-50 29.8 / 27.6 / 26.9 / 26.8 / 31.5 (its 1x1
-# convolutions of 64 to 256 channels at 56x56 ran at 100 GFLOP/s, onnxruntime's at 340);
-# MobileNetV2 4.3 / - / 3.6 / 3.6; BERT-base, ViT-B/16 and GPT-2 unchanged within noise.
 _B_INSIDE_MAX_BYTES = 512 << 10
 
 
@@ -170,9 +166,8 @@ def _tile_shape(target: Target, dtype: str, j_extent: int, i_extent: int | None,
     """(jv, jt, it): lanes per vector of j, vectors per tile, rows of i per tile."""
     jv = _pow2_divisor(j_extent, vector_lanes(target, dtype))
     # Vectors per tile: three where they divide the count (8 rows of them: 24 accumulators
-    # where 2 x 8 held 16; ViT-B/16's 197 x 768 by 3072 matmul 2.56-2.72 -> 2.31-2.50 ms,
-    # BERT-base's 128 x 768 by 768 0.39 -> 0.36), else two, four when there are few rows to
-    # share each loaded value of A with.
+    # where 2 x 8 held 16), else two, four when there are few rows to share each loaded
+    # value of A with.
     jt = next(t for t in ((4, 2, 3, 1) if i_extent is not None and i_extent < 4 else (3, 2, 1))
               if (j_extent // jv) % t == 0)
     it = _row_tile(i_extent, max(1, min(max_rows, vector_registers(target) * 3 // 4 // jt)))
@@ -189,10 +184,9 @@ def _einsum_shaped(stmt) -> bool:
 def _pad_tiles(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
                max_rows: int) -> None:
     """Pads a multiply-accumulate to whole tiles: j up to whole vectors where no vector width
-    divides it (odd: ViT's 197 tokens in its attention scores Q K^T, 12.3 ms a call under the
-    Fallback rule, 0.9 ms so), i up to whole tiles of rows where none divides it (197 again,
-    prime: the last tile's guard slowed every tile, ViT's 197 x 768 by 3072 ran at 150-180
-    GFLOP/s where 192 rows ran at 290). TVM's pad_einsum reads the operands through copies
+    divides it (odd: ViT's 197 tokens in its attention scores Q K^T), i up to whole tiles of
+    rows where none divides it (197 again, prime: the last tile's guard slowed every tile).
+    TVM's pad_einsum reads the operands through copies
     with zeros added and writes back the result's own elements; a constant operand's copy is
     marked as its layout rewrite, made once when compiling."""
     main = info.block_rv
@@ -207,8 +201,7 @@ def _pad_tiles(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
     if j_extent > lanes and _pow2_divisor(j_extent, lanes) == 1:
         vectors = -(-j_extent // lanes)
         # A count of vectors neither 2 nor 3 divides tiles one vector at a time (a load of B
-        # for each of A's broadcasts); one vector more makes tiles of two: ViT-B/16's Q K^T,
-        # 13 -> 14 vectors, ran 16-18% faster.
+        # for each of A's broadcasts); one vector more makes tiles of two.
         step = lanes * (2 if vectors % 2 and vectors % 3 else 1)
         padding[axes.j] = step
         j_extent = -(-j_extent // step) * step
@@ -296,7 +289,7 @@ class Contraction(_Rule):
     vectors of j, accumulated in a local buffer over every reduction step, then passed
     through the epilogue; the tiles run in parallel. With ``pack``, constant B operands are
     laid out per tile when compiling even where j is already their innermost dimension (a
-    tile's rows then lie a row of B apart: measured 2.5-3.5x slower on BERT's matmuls)."""
+    tile's rows would lie a row of B apart)."""
 
     max_rows = 8
     pack = True

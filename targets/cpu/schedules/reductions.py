@@ -90,9 +90,8 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages) -> b
 def _padded_per_tile(sch: s_tir.Schedule, block, reductions: list, target: Target) -> bool:
     """Computes ``block`` (a padding) inside the parallel loop of the one reduction reading
     it, a tile's window at a time, vectorized, where a window has at most _PAD_WINDOW_MAX
-    elements and all of them at most _PAD_RECOMPUTE_MAX times the padded input's: padded
-    whole, MobileNetV2's first convolution's input (224 x 224 x 3) and ResNet-50's max
-    pool's (114 x 114 x 64: 3.3 MB) were written and read again at every call. Windows over
+    elements and all of them at most _PAD_RECOMPUTE_MAX times the padded input's, rather
+    than a whole padded input written and read again at every call. Windows over
     many input channels (a convolution's, padded again for each tile of output channels)
     stay padded whole, as does a constant's padding (made once, when compiling)."""
     consumers = sch.get_consumers(block)

@@ -16,8 +16,7 @@ from .primitives import (_divisor, _lay_out_again, _layout_free, _maybe_parallel
 from .reductions import _schedule_reductions
 
 _SPATIAL_ROWS = 8  # outputs per tile of a reduction vectorized along its output (see below)
-# Rows of those tiles per parallel step (see _tile_spatial_reduction). Pure TVM, median ms with
-# 1 / 2 / 4 / 8: MobileNetV2 3.26 / 3.11 / 3.02 / 3.12; EfficientNet-B0 7.30 / - / 7.16 / 7.17.
+# Rows of those tiles per parallel step (see _tile_spatial_reduction).
 _SPATIAL_BAND = 4
 
 
@@ -97,8 +96,7 @@ def _tile_spatial_reduction(sch: s_tir.Schedule, func, target: Target, info):
     loops = [it.loop_rv for it in info.iters]
     spatial = [loops[n] for n, it in enumerate(info.iters) if it.kind == "S" and n != axis]
     # A few outputs along the next axis (a row's pixels) share each weight vector loaded and
-    # accumulate side by side: a depthwise 3x3 convolution over 112 x 112 x 32 took 0.8-0.9
-    # ms one vector of outputs at a time, 0.4-0.5 ms so.
+    # accumulate side by side.
     rows = _divisor(_static(info.iters[rows_axis].dom), _SPATIAL_ROWS) \
         if rows_axis is not None else 1
     tile = []

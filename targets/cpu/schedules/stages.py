@@ -30,8 +30,8 @@ def _tile_table_reduction(sch: s_tir.Schedule, func, target: Target, info):
     axis vectorized, the other axes fused and run in parallel. A spatial producer read only
     here is not written whole first: the input's padding is computed per tile, its window of
     vectors into a local buffer, which the unrolled products read with no bounds test (tested
-    at each of them, the simplifier took most of the build: ResNet-50's F(4x4) kernels 1.8
-    -> 1.0 s each); any other is computed as it is read.
+    at each of them, the simplifier took most of the build); any other is computed as it is
+    read.
     Returns (the parallel loop, the lanes, the first reduction loop), or None where the block
     does not fit."""
     stmt = sch.get(info.block_rv)

@@ -138,7 +138,7 @@ _VECTOR_MATH = {"tirx.exp": _exp, "tirx.erf": _erf, "tirx.tanh": _tanh, "tirx.si
 def vector_math(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with float32 exp, erf, tanh, sigmoid, sinh, cosh and isnan written as
     vectorizable arithmetic; float16 ones too, computed in float32 (LLVM's own float16 exp,
-    GELU and tanh ran 4 times slower than these). Not bfloat16's: TVM's legalizing of bfloat16
+    GELU and tanh are slower). Not bfloat16's: TVM's legalizing of bfloat16
     arithmetic rebinds the polynomial's variable, and the build fails."""
 
     def rewrite(call):

@@ -18,24 +18,16 @@ from .patterns import ITEMS, MAX_RANK, check_item, patterns, prepare
 from .policy import declines
 from .source_writer import CALLS_FUNCTION, codegen
 
-# oneDNN's OpenMP threads wait for the next region spinning about 0.1 ms (libgomp counts some
-# 100000 spins a millisecond), then asleep, unless the user chose a policy. Asleep at once
-# (OMP_WAIT_POLICY=PASSIVE), every region woke them: MobileNetV2 8.5 ms in the bench's turns,
-# 3.5 ms so; ResNet-50 on 2 cores two other processes keep busy 88 ms, 63 ms so, 72 ms with
-# libgomp's default 3 ms spin, which takes the cores from TVM's pool running the ops between
-# regions (2-core Xeon). libgomp reads this when it loads, with the first model library that
-# needs it. (Until TVM stopped importing torch, toolchain.load_tvm, oneDNN ran on torch's
-# libgomp, loaded before any of this was set.)
+# oneDNN's OpenMP threads wait for the next region spinning briefly (10000 of libgomp's spins),
+# then asleep, unless the user chose a policy: asleep at once, every region must wake them;
+# libgomp's default spin takes the cores from TVM's pool running the ops between regions.
+# libgomp reads this when it loads, with the first model library that needs it.
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 # And TVM's workers sleep as soon as their kernel ends in a process running oneDNN's regions
-# (PLUGIN.pool_spin): they yield-spin 300000 times by default, which on 2 cores halved the
-# speed of the oneDNN region that came next on their core, for many runs in a row (DistilBERT
-# 45 or 100 ms by turns; 49 ms steadily with no spin). On a 2-core AMD EPYC, DEFAULT with no
-# spin against 10,000, fresh processes in turns: BERT-base 108.6 / 109.5 against 114.4 / 117.4
-# ms, ResNet-50 38.6 / 37.1 against 39.2 / 39.1, DistilBERT 55.8-59.2 against 59.8-61.5. A
-# process running TVM's code alone keeps targets.runtime's spin, which its back-to-back kernels
-# want (GPT-2 left to TVM by DEFAULT: 53-58 ms so, 57-62 with no spin).
+# (PLUGIN.pool_spin): spinning, they take the core from the oneDNN region that comes next on
+# it. A process running TVM's code alone keeps targets.runtime's spin, which its
+# back-to-back kernels want.
 ONEDNN_POOL_SPIN = 0
 
 

@@ -298,7 +298,7 @@ def _region_source(region: relax.Function) -> tuple[str, str]:
 
 
 def _source_dir() -> str:
-    """targets/onednn: region.h, which generated code includes, and runtime.cc."""
+    """This package's folder: region.h, which generated code includes, and runtime.cc."""
     return os.fspath(resources.files("targets.plugins.onednn"))
 
 
