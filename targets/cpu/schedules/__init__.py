@@ -18,7 +18,8 @@ from .fallback import Fallback
 from .injective import Injective
 from .primitives import RULE_ATTR, vector_bits, vector_lanes, vector_registers
 from .rows import Rows
-from .same_rows import Guarded, SameRows
+from .rule import Guarded
+from .same_rows import SameRows
 from .spatial_reduction import SpatialReduction
 from .stages import Stages
 from .vector_math import _vector_math_pass, vector_math

@@ -16,9 +16,10 @@ from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr
 from tvm.target import Target
 
 from .primitives import (_lay_out_again, _layout_free, _maybe_parallel, _pow2_divisor, _PREPROC,
-                         _preproc_writer, _reductions, _region_vars, _Rule, _static, _static_bytes,
-                         _uses, _work, vector_lanes, vector_registers)
+                         _preproc_writer, _region_vars, _static, _static_bytes, _uses, _work,
+                         vector_lanes, vector_registers)
 from .reductions import _schedule_reductions
+from .rule import _reductions, _Rule
 
 # A multiply-accumulate whose B (the weights) fits in half a core's L2 cache walks its tiles of
 # j innermost: each tile of rows of A is read once into L1 and its outputs are written as whole

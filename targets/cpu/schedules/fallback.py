@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from .primitives import _maybe_parallel, _root_blocks, _Rule, _schedule_spatial, _work
+from .primitives import _maybe_parallel, _root_blocks, _schedule_spatial, _work
+from .rule import _Rule
 
 
 class Fallback(_Rule):

@@ -4,8 +4,8 @@ vectorized."""
 
 from __future__ import annotations
 
-
-from .primitives import _inline_spatial, _reductions, _root_blocks, _Rule, _schedule_spatial
+from .primitives import _inline_spatial, _root_blocks, _schedule_spatial
+from .rule import _reductions, _Rule
 
 
 class Injective(_Rule):

@@ -1,7 +1,7 @@
 """The schedule steps and queries the CPU rules share: what the target offers (vector
 widths, cores), static extents and divisors, inlining, a spatial loop nest fused, run in
 parallel and vectorized (its innermost axis partitioned where a condition picks the operand),
-a constant operand laid out again when compiling, and the base class of the rules."""
+a constant operand laid out again when compiling."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import math
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
-from tvm.s_tir import dlight as dl
-from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr, normalize_prim_func
+from tvm.s_tir.dlight.analysis import collect_vars_used_in_prim_expr
 from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 from tvm.target.codegen import target_has_features
@@ -411,28 +410,3 @@ def _lay_out_again(sch: s_tir.Schedule, block, read_index: int, index_map) -> No
         copy = sch.cache_read(block, read_index, "global")
         sch.annotate(copy, _PREPROC, True)
     sch.transform_layout(block, ("read", read_index), index_map)
-
-
-class _Rule(dl.ScheduleRule):
-    """A CPU rule: None off LLVM targets and wherever scheduling raises (so that the next
-    rule is tried); subclasses write ``schedule(sch, func, target) -> bool``."""
-
-    def apply(self, func, target: Target, _tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        try:
-            func = _private(func)
-            sch = _Schedule(func.with_attr(RULE_ATTR, type(self).__name__))
-            return sch if self.schedule(sch, func, target) else None
-        except Exception:  # pylint: disable=broad-except
-            return None
-
-    def schedule(self, sch: s_tir.Schedule, func: tirx.PrimFunc, target: Target) -> bool:
-        raise NotImplementedError
-
-
-def _reductions(sch: s_tir.Schedule) -> list | None:
-    """The reduction blocks (a reduction of one step counts, though normalizing drops it)."""
-    infos = normalize_prim_func(sch)
-    return None if infos is None else [
-        info for info in infos if not info.is_injective() or not _is_spatial(sch, info.block_rv)]

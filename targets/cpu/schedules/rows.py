@@ -6,8 +6,9 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
-from .primitives import (_extent, _is_spatial, _out_dtype, _region_vars, _root_blocks, _Rule,
-                         _static, _uses, _vectorize_innermost, vector_lanes)
+from .primitives import (_extent, _is_spatial, _out_dtype, _region_vars, _root_blocks, _static,
+                         _uses, _vectorize_innermost, vector_lanes)
+from .rule import _Rule
 
 
 def _shared_rows(infos) -> int:

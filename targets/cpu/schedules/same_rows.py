@@ -4,35 +4,12 @@
 
 from __future__ import annotations
 
-from tvm import tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.target import Target
 
-from .primitives import _private, _Schedule, RULE_ATTR
+from .primitives import _Schedule
 from .rows import _shared_rows
-
-
-class Guarded(dl.ScheduleRule):
-    """Another rule (TVM's), its schedule errors turned into None."""
-
-    def __init__(self, rule: dl.ScheduleRule):
-        self.rule = rule
-
-    def apply(self, func, target: Target, tunable: bool):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        func = _private(func)
-        if not self.fits(func):
-            return None
-        try:
-            return self.rule.apply(func.with_attr(RULE_ATTR, type(self.rule).__name__), target,
-                                   tunable)
-        except Exception:  # pylint: disable=broad-except
-            return None
-
-    def fits(self, func) -> bool:  # pylint: disable=unused-argument
-        return True
+from .rule import Guarded
 
 
 class SameRows(Guarded):

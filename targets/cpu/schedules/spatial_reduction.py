@@ -11,9 +11,9 @@ from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
 from .primitives import (_divisor, _lay_out_again, _layout_free, _maybe_parallel, _out_dtype,
-                         _pow2_divisor, _reductions, _region_vars, _Rule, _static, _uses, _work,
-                         vector_lanes)
+                         _pow2_divisor, _region_vars, _static, _uses, _work, vector_lanes)
 from .reductions import _schedule_reductions
+from .rule import _reductions, _Rule
 
 _SPATIAL_ROWS = 8  # outputs per tile of a reduction vectorized along its output (see below)
 # Rows of those tiles per parallel step (see _tile_spatial_reduction).

@@ -11,9 +11,9 @@ from tvm.target import Target
 
 from .contraction import _contraction_stage, Contraction
 from .primitives import (_has_if_then_else, _is_spatial, _maybe_parallel, _out_dtype, _pow2_divisor,
-                         _reductions, _region_vars, _Rule, _static, _uses, _vectorize_innermost,
-                         _work, vector_lanes)
+                         _region_vars, _static, _uses, _vectorize_innermost, _work, vector_lanes)
 from .reductions import _schedule_reductions
+from .rule import _reductions, _Rule
 from .spatial_reduction import _tile_spatial_reduction, _vector_axis
 
 # Unrolled (output, step) pairs at most, per vector, of a reduction weighted by tables (see
