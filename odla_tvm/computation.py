@@ -531,7 +531,7 @@ def destroy_computation(computation: Computation) -> None:
     # the heap they leave back to the system (glibc keeps it otherwise).
     comp.release_graph()
     # Cycles hold the graph too: TVMScript's parser keeps the frames it inspected (a kernel
-    # parsed while compiling, as targets.amx's are: the compile's frames, the graph in them),
+    # parsed while compiling, as targets.cpu.amx's are: the compile's frames, the graph in them),
     # and only a collection frees them (a model's weights stayed until the process's next
     # one).
     gc.collect()

@@ -12,8 +12,8 @@ from functools import cache, cached_property, lru_cache
 import tvm
 import tvm_ffi
 
-from .amx import AMX_PERMISSION_SYSCALL
-from .layouts import CPU_LAYOUTS
+from .cpu.amx import AMX_PERMISSION_SYSCALL
+from .cpu.layouts import CPU_LAYOUTS
 
 # Where a target's kernels get their schedules, tried in the order a spec lists them.
 SCHEDULE_SOURCES = {

@@ -22,12 +22,13 @@ from toolchain import ToolchainMissing
 
 from . import codegen
 from . import plugins as vendor_plugins
-from .conv_rewrites import conv_rewrites
-from .amx import amx_products, has_amx, parts_schedules
-from .math_rewrites import powers_by_roots
-from .cpu_schedules import default_schedules
-from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
-from .layouts import constant_layouts_folded, layout_passes, rewrite_functions, without_uncalled
+from .cpu.conv_rewrites import conv_rewrites
+from .cpu.amx import amx_products, has_amx, parts_schedules
+from .cpu.math_rewrites import powers_by_roots
+from .cpu.schedules import default_schedules
+from .cpu.in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
+from .cpu.layouts import constant_layouts_folded, layout_passes
+from .relax_rewrites import rewrite_functions, without_uncalled
 from .registry import TargetSpec, cpu_count, default_pool_spin
 from .weights import WeightFiles, lift_weights, numpy_views
 

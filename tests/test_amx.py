@@ -1,4 +1,4 @@
-"""Matrix products on AMX tiles (targets.amx): the bfloat16 parts of a float32 sum to it, the
+"""Matrix products on AMX tiles (targets.cpu.amx): the bfloat16 parts of a float32 sum to it, the
 kernels lay them out as AMX reads them, and where the host has AMX a matmul by constant
 weights computes on it with float32's accuracy (against float64 NumPy) and float32's
 infinities and NaNs."""
@@ -18,7 +18,8 @@ from tvm import relax, tirx
 from tvm.target.codegen import llvm_lookup_intrinsic_id
 
 import targets
-from targets import amx
+from targets.cpu import amx
+from targets.cpu.amx import kernel as amx_kernels, parts as amx_parts, products as amx_rewrite
 from targets.runtime import compile_module, default_scheduled, fused_kernels
 from targets.tuning import _scheduled_already
 
@@ -62,7 +63,7 @@ def test_the_parts_kernel_lays_out_each_values_parts_as_numpy_does():
     rows, depth = 37, 45
     values = RNG.standard_normal((rows, depth)).astype(np.float32)
     values.flat[::97][:SPECIAL.size] = SPECIAL
-    kernel, shape = amx.parts_kernel(amx._activation_parts, (rows, depth), 64, 64)
+    kernel, shape = amx.parts_kernel(amx_parts._activation_parts, (rows, depth), 64, 64)
     assert shape == [4, 2, amx.PARTS, 16, 32]
     kernel = amx.scheduled_parts(kernel)
     module = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
@@ -84,7 +85,7 @@ def test_a_windows_parts_are_its_padded_inputs_phases(stride, padding):
     values = RNG.standard_normal(x_shape).astype(np.float32)
     window = amx.Window(2, -(-(5 + 2 * padding[0]) // stride), -(-(7 + 2 * padding[1]) // stride),
                         2, (3, 3), stride)
-    kernel, shape = amx.parts_kernel(amx._window_parts, x_shape, window, padding)
+    kernel, shape = amx.parts_kernel(amx_parts._window_parts, x_shape, window, padding)
     assert shape == list(window.shape)
     kernel = amx.scheduled_parts(kernel)
     module = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
@@ -112,7 +113,9 @@ _GUARDED_RUN = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np, tvm
     import targets
-    from targets import amx, codegen
+    from targets import codegen
+    from targets.cpu import amx
+    from targets.cpu.amx import parts as amx_parts
 
     rng = np.random.default_rng(3)
 
@@ -130,7 +133,7 @@ _GUARDED_RUN = textwrap.dedent("""
         return (amx.amx_kernel(rows, depth, columns, window), [a, b],
                 np.zeros((rows, columns), np.float32))
 
-    kernel, inputs, output = eval(sys.argv[1], {**vars(amx), "parts": parts,
+    kernel, inputs, output = eval(sys.argv[1], {**vars(amx), **vars(amx_parts), "parts": parts,
                                                 "products": products})
     module = codegen.build_kernels(tvm.IRModule({"main": kernel.with_attr(
         "global_symbol", "main")}), targets.host_cpu().tvm_target())
@@ -283,7 +286,7 @@ def test_weight_tiles_pair_two_reduction_steps_per_column():
     tiles = np.full(amx.weight_parts_shape(depth, columns), 7, np.uint16)
     slabs = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(amx, "_SLAB_COLUMNS", 32)  # two slabs: the second holds the edge
+        patch.setattr(amx_parts, "_SLAB_COLUMNS", 32)  # two slabs: the second holds the edge
         amx.weight_parts(weight, tiles, lambda: slabs.append(1))
     assert len(slabs) == 2
     assert tiles.shape == (64 // 16, 96 // 32, amx.PARTS, 16, 32) and tiles.dtype == np.uint16
@@ -309,7 +312,7 @@ def kernel_names(mod, spec=HOST):
 @pytest.fixture
 def small_products_on_amx(monkeypatch):
     """The tests' small products taken by AMX too (the rewrite leaves those under MIN_FLOPS)."""
-    monkeypatch.setattr(amx, "MIN_FLOPS", 0)
+    monkeypatch.setattr(amx_rewrite, "MIN_FLOPS", 0)
 
 
 def test_only_a_target_with_amx_rewrites_matmuls(small_products_on_amx):
@@ -537,7 +540,7 @@ def test_a_first_load_leaves_no_cycle_holding_its_graph(tmp_path, small_products
         [numpy_helper.from_array(weight, "w")])
     path = tmp_path / "matmul.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
-    amx._amx_template.cache_clear()  # parsed in this load
+    amx_kernels._amx_template.cache_clear()  # parsed in this load
     amx.amx_kernel.cache_clear()
     gc.collect()
     session = odla.Session.from_onnx(str(path), odla.allocate_device(

@@ -1,4 +1,4 @@
-"""Default CPU schedules (targets.cpu_schedules): each rule takes the kernels it is for, on
+"""Default CPU schedules (targets.cpu.schedules): each rule takes the kernels it is for, on
 odd, tiny and ordinary shapes and several dtypes, and the scheduled build computes what NumPy
 does; every kernel of a default CPU build is scheduled (a small CNN, a transformer block, for
 the host and for cross targets); tuning records still come first."""
@@ -15,13 +15,14 @@ from tvm import relax
 import odla_tvm as odla
 import targets
 from odla_tvm import ElementType, ValueType, ops
-from targets import cpu_schedules as cs
-from targets.layouts import fold_constant_layouts
+from targets.cpu import schedules as cs
+from targets.cpu.schedules import contraction, primitives
+from targets.cpu.layouts import fold_constant_layouts
 from targets.runtime import _kernels, _scheduled, compile_module
 
 from examples.quickstart import build_small_cnn
 
-# This CPU's float32 rules, without AMX where it has it (targets.amx would take the matmuls).
+# This CPU's float32 rules, without AMX where it has it (targets.cpu.amx would take the matmuls).
 HOST = dataclasses.replace(targets.host_cpu(), cpu_flags=(), target={
     key: value for key, value in targets.host_cpu().target.items() if key != "mattr"})
 RNG = np.random.default_rng(7)
@@ -112,9 +113,9 @@ def test_vector_lanes_follow_the_targets_features():
 
 
 def test_tile_sizes_divide_or_waste_little():
-    assert cs._pow2_divisor(1008, 16) == 16 and cs._pow2_divisor(1000, 16) == 8
-    assert cs._pow2_divisor(3, 16) == 1 and cs._divisor(49, 8) == 7
-    assert [cs._row_tile(e, 8) for e in (1, 3, 13, 49, 56, 128)] == [1, 3, 7, 7, 8, 8]
+    assert primitives._pow2_divisor(1008, 16) == 16 and primitives._pow2_divisor(1000, 16) == 8
+    assert primitives._pow2_divisor(3, 16) == 1 and primitives._divisor(49, 8) == 7
+    assert [contraction._row_tile(e, 8) for e in (1, 3, 13, 49, 56, 128)] == [1, 3, 7, 7, 8, 8]
 
 
 # --- Injective ---------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def test_a_channel_shuffle_loops_over_its_channel_vectors_outermost():
     with HOST.tvm_target() as target:
         vectors = c // cs.vector_lanes(target, "float32")  # 7 with AVX-512, 14 with AVX2
         # In parallel where there are 4 a core to share out, else serial around the pixels.
-        kind = (tvm.tirx.ForKind.PARALLEL if vectors >= 4 * cs._cores(target)
+        kind = (tvm.tirx.ForKind.PARALLEL if vectors >= 4 * primitives._cores(target)
                 else tvm.tirx.ForKind.SERIAL)
     assert int(outer.extent) == vectors and outer.kind == kind, outer
     moved = x.reshape(1, h, w, groups, per).transpose(0, 1, 2, 4, 3).reshape(1, h, w, c)
@@ -468,11 +469,11 @@ def _vector_stores(func) -> int:
                     reason="the kernels' vectors are AVX-512's")
 @pytest.mark.parametrize("lane_index", ["rising", "falling"])
 def test_a_guarded_vector_loop_runs_its_whole_vectors_unguarded(lane_index):
-    """targets.vector_tails: TVM's vectorizer scalarizes a loop whose guard differs by lane,
+    """targets.cpu.vector_tails: TVM's vectorizer scalarizes a loop whose guard differs by lane,
     every vector of it; the pass runs the loop as whole vectors where its last lane meets the
     guard (every lane does, the guard's index rising with the lane) and as it was otherwise.
     A guard it cannot bound by the last lane is left alone."""
-    from targets.vector_tails import whole_vectors
+    from targets.cpu.vector_tails import whole_vectors
 
     kernel = _tail_kernel(lane_index)
     split = whole_vectors(tvm.IRModule({"kernel": kernel}))["kernel"]
@@ -499,7 +500,7 @@ def test_a_matmul_tvm_refuses_to_pad_keeps_its_guarded_tail(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise tvm.error.TVMError("pad_einsum refused")
 
-    monkeypatch.setattr(cs._Schedule, "pad_einsum", refuse)
+    monkeypatch.setattr(primitives._Schedule, "pad_einsum", refuse)
     x, y = data((2, 197, 16)), data((2, 16, 64))
     mod = relax_module({"x": ((2, 197, 16), "float32"), "y": ((2, 16, 64), "float32")},
                        lambda u, v: relax.op.matmul(u, v))
@@ -1060,7 +1061,8 @@ def test_a_kernel_whose_schedule_fails_to_build_is_built_unscheduled(monkeypatch
     def refused(self, sch, func, target):
         if not rows(self, sch, func, target):
             return False
-        partials = next(b for b in cs._root_blocks(sch) if sch.get(b).name_hint.endswith("_rf"))
+        partials = next(b for b in primitives._root_blocks(sch)
+                        if sch.get(b).name_hint.endswith("_rf"))
         sch.vectorize(sch.get_loops(partials)[0])
         return True
 

@@ -364,7 +364,7 @@ def test_a_first_load_runs_from_its_kept_weights_and_packed_ones_leave_memory(tm
     a weight oneDNN packed is not also held (the runtime hands its file pages back), also
     where another process maps the same pages."""
     path, reference = _mlp(tmp_path / "m.onnx", hidden=4096)  # w1: 64 KiB, w2: 48 KiB
-    # INTEL_DNNL: DEFAULT leaves a graph of matmuls to TVM (targets.onednn.declines)
+    # INTEL_DNNL: DEFAULT leaves a graph of matmuls to TVM (targets.plugins.onednn.policy)
     session = _load(path, tmp_path / "cache", device=odla.allocate_device(
         device_name=odla.DeviceName.INTEL_DNNL))
     module = session.executable.module

@@ -1,4 +1,4 @@
-"""Kernels that write their result over an operand dying with them (targets.in_place): a
+"""Kernels that write their result over an operand dying with them (targets.cpu.in_place): a
 residual sum is written over its residual where nothing reads that after, never over a model's
 input, a weight, a value read later or one shared with a view; results against NumPy, the
 caller's arrays unchanged."""
@@ -8,7 +8,7 @@ import pytest
 from tvm import relax
 from tvm.script import tirx as T
 
-from targets import in_place
+from targets.cpu import in_place
 from targets.runtime import compile_module
 from tests.test_cpu_schedules import HOST, data, relax_module
 

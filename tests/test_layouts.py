@@ -1,6 +1,6 @@
-"""The layouts of tuned CPU kernels (targets.layouts): convolutions converted to NHWC with the ops
-around them following, channel constants made full rank so that they can follow, weights marked
-for prepacking; the numbers stay onnxruntime's."""
+"""The layouts of tuned CPU kernels (targets.cpu.layouts): convolutions converted to NHWC with
+the ops around them following, channel constants made full rank so that they can follow,
+weights marked for prepacking; the numbers stay onnxruntime's."""
 
 import dataclasses
 import math
@@ -15,8 +15,8 @@ from tvm.script import tirx as T
 
 import targets
 from odla_tvm.frontends.onnx import import_model
-from targets.conv_rewrites import conv_rewrites
-from targets.layouts import CPU_LAYOUTS, layout_passes
+from targets.cpu.conv_rewrites import conv_rewrites
+from targets.cpu.layouts import CPU_LAYOUTS, layout_passes
 from targets.runtime import _lowering, _numpy_layout, fused_kernels
 
 ort = pytest.importorskip("onnxruntime")

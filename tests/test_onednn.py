@@ -22,8 +22,9 @@ from odla_tvm import ElementType as E
 from odla_tvm import MemoryLayout as L
 from odla_tvm import ValueType as VT
 from odla_tvm.frontends.onnx import import_model
-from targets import onednn
-from targets.conv_rewrites import matmul_share, winograd_share
+from targets.plugins import onednn
+from targets.plugins.onednn import library as onednn_library
+from targets.cpu.conv_rewrites import matmul_share, winograd_share
 
 import reference as ref
 
@@ -784,7 +785,8 @@ def test_the_vm_runs_the_in_memory_build_calling_only_the_vendor_parts_linked():
 
 def test_without_onednn_the_device_says_what_to_install_and_the_cpu_still_works(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(onednn, "PREFIX", str(tmp_path))  # no include/dnnl.hpp, no lib/libdnnl.so
+    # no include/dnnl.hpp, no lib/libdnnl.so
+    monkeypatch.setattr(onednn_library, "PREFIX", str(tmp_path))
     with pytest.raises(odla.OdlaError) as err:
         odla.allocate_device(device_name=DeviceName.INTEL_DNNL)
     assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE
@@ -1125,7 +1127,7 @@ def test_default_device_without_onednn_falls_back_to_tvm_saying_why(monkeypatch,
     """With oneDNN hidden, DEFAULT compiles with TVM alone (as INTEL_X86) and logs why once."""
     from odla_tvm import device as device_module
 
-    monkeypatch.setattr(onednn, "PREFIX", "/nonexistent")
+    monkeypatch.setattr(onednn_library, "PREFIX", "/nonexistent")
     monkeypatch.setattr(device_module, "_fallbacks_said", set())
     with caplog.at_level("WARNING", logger="odla_tvm.device"):
         first = odla.allocate_device()

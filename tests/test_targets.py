@@ -265,8 +265,8 @@ def _pool_spin(env: dict, path) -> list[str]:
 @pytest.mark.skipif(default_plugin_missing() is not None, reason="DEFAULT has no oneDNN here")
 def test_the_thread_pool_spins_as_what_runs_wants_unless_told_otherwise(tmp_path):
     """A process that runs oneDNN's regions runs TVM's pool without polling for the next
-    kernel (its polls slowed the oneDNN region after it; targets.onednn), one that runs TVM's
-    code alone polls 10,000 times (a graph DEFAULT leaves to TVM among them: no spin had
+    kernel (its polls slowed the oneDNN region after it; targets.plugins.onednn), one that runs
+    TVM's code alone polls 10,000 times (a graph DEFAULT leaves to TVM among them: no spin had
     slowed it), whether it compiles the module or loads it; a user's
     TVM_THREAD_POOL_SPIN_COUNT stands in all."""
     env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}

@@ -1,10 +1,10 @@
 """The data layouts a target's tuned kernels work in, and the passes that convert a graph to them.
 
-MetaSchedule's CPU schedules vectorize the innermost axis of a kernel's output. In NCHW that is
-the width (7 to 112 in a CNN), in NHWC the channels (64 to 2048): measured here on resnet50's 3x3
-convolutions, 48 trials each, NHWC reached 186 GFLOPS against NCHW's 110. So CPU targets convert
-convolutions to NHWC before their kernels are fused; ops around them follow the new layout, and
-the graph transposes only where an op cannot (its inputs and outputs keep the model's layouts).
+CPU schedules vectorize the innermost axis of a kernel's output: in NCHW the width (7 to 112 in
+a CNN), in NHWC the channels (64 to 2048). So CPU targets convert convolutions to NHWC before
+their kernels are fused; ops around them follow the new layout, and the graph transposes only
+where an op cannot (its inputs and outputs keep the model's layouts). Constants' layout changes
+are folded when compiling, by NumPy, into the weight files where there are some.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from tvm import relax
 
 import relay_bridge
 
-from .weights import WeightFiles
+from ..relax_rewrites import op_name, rewrite_functions, static_dims
+from ..weights import WeightFiles
 
 # relax op -> layouts of its data and weight operands, as relax.transform.ConvertLayout takes them
 CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}
@@ -24,55 +25,6 @@ CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}
 # gets leading 1s (see full_rank_constants).
 _BROADCASTING_OPS = frozenset(f"relax.{name}" for name in (
     "add", "subtract", "multiply", "divide", "floor_divide", "power", "maximum", "minimum"))
-
-
-def op_name(expr) -> str | None:
-    """The name of the relax op ``expr`` calls (None for anything else)."""
-    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else None
-
-
-def static_dims(expr) -> list[int] | None:
-    """``expr``'s shape when every dimension is a known integer, else None."""
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
-        return None
-    return [int(d) for d in shape.values]
-
-
-def rewrite_functions(mod: tvm.IRModule, make_mutator) -> tvm.IRModule:
-    """``mod`` with each relax function rewritten by ``make_mutator(mod, func)`` (a
-    PyExprMutator) and stripped of the bindings the rewrite left unused."""
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutator = make_mutator(mod, func)
-            mutator.builder_.update_func(gvar, relax.analysis.remove_all_unused(
-                mutator.visit_expr(func)))
-            mod = mutator.builder_.get()
-    return mod
-
-
-def called_kernels(mod: tvm.IRModule) -> set:
-    """The global vars the module's relax functions mention (the kernels they call)."""
-    mentioned = set()
-
-    def visit(expr):
-        if isinstance(expr, tvm.ir.GlobalVar):
-            mentioned.add(expr)
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return mentioned
-
-
-def without_uncalled(mod: tvm.IRModule, kernels: set) -> tvm.IRModule:
-    """``mod`` without those of ``kernels`` (global vars) its relax functions no longer call."""
-    unused = kernels - called_kernels(mod)
-    if unused:
-        mod = mod.clone()
-        for kernel in unused:
-            del mod[kernel]
-    return mod
 
 
 @relax.expr_functor.mutator
@@ -138,8 +90,8 @@ def _transposed(arrays: list[np.ndarray], call: relax.Call, out: np.ndarray, cop
 # products folded here; in relax.transform.FoldConstant, one build per kernel).
 # Each fold writes the call's value, from the data of its tensor operands, into ``out`` (a view
 # of the folded constant's memory), a copy through ``copy`` (WeightFiles.copy or copy_plain:
-# out, value, what it reads). A reshape is a view of its operand's tensor instead (copying
-# resnet50's 156 MB of reshaped taps took 0.5 s: fresh memory is slow to fill on these VMs).
+# out, value, what it reads). A reshape is a view of its operand's tensor instead (a copy
+# fills fresh memory, which is slow).
 _NUMPY_FOLDS = {
     "relax.permute_dims": _transposed,
     "relax.matmul": lambda arrays, _call, out, _copy: np.matmul(*arrays, out=out),
@@ -183,8 +135,8 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
 
     def _constant(self, expr):
-        """The constant's data: a view of its tensor (a copy of vgg19's 411 MB weight took
-        memory the size of it again), or a copy for a dtype NumPy views lack (bfloat16)."""
+        """The constant's data: a view of its tensor (a copy would hold its memory twice), or
+        a copy for a dtype NumPy views lack (bfloat16)."""
         expr = self._bound(expr)
         if not isinstance(expr, tvm.ir.expr.Constant):
             return None

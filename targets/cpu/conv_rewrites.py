@@ -1,25 +1,12 @@
-"""Graph rewrites around convolutions for tuned CPU builds, made after their layouts are chosen
-(targets.layouts) and before their kernels are fused; each keeps the graph's results exact.
+"""Graph rewrites around convolutions for CPU builds, made after their layouts are chosen
+(targets.cpu.layouts) and before their kernels are fused; each keeps the graph's results exact.
 
-- split_concat_convs: a convolution of a channel concatenation becomes a sum of convolutions of
-  its parts, when nothing else reads the concatenation and the result is the smaller (as a
-  squeezenet fire module's squeeze convolution is). The concatenation was a kernel of its own
-  that wrote every activation once more (squeezenet's fire modules: 7% of its run), and the
-  sum fuses into the last part's convolution.
-- pool_concat_parts: a pool of a channel concatenation becomes a concatenation of the parts'
-  pools (a pool takes each channel alone), which a convolution may then split as above.
-- pad_conv_channels: a convolution whose output channels are not a multiple of the vector lanes
-  gets zero weights up to the next multiple, and its result is sliced back. MetaSchedule tiles
-  only by exact divisors, so 1000 channels (a classifier) vectorized by 8 or 40 where 1008 takes
-  16: squeezenet's last convolution as a model of its own, tuned 80 trials each, took 1.42 ms
-  with 1000 channels and 1.09 ms with 1008.
-- winograd_convs: a 3x3 stride-1 convolution with constant weights computes as Winograd's
-  F(4x4, 3x3): each 6x6 input tile transformed, 36 matrix products over the channels with
-  weights transformed at compile time, each product's 4x4 output tile transformed back. That
-  takes 4 times fewer multiplications; maps too small for enough 4x4 tiles (7x7) take F(2x2,
-  3x3), 2.25 times fewer, where the channels are wide enough to pay for it. MetaSchedule tunes
-  the products and schedules the transforms by its Winograd rules. vgg19's 28x28, 512-channel
-  convolution, tuned 64 trials: 6.8 ms against 16.2 ms direct after hundreds.
+- split_concat_convs: a convolution of a channel concatenation becomes a sum of convolutions
+  of its parts; pool_concat_parts: a pool of one, a concatenation of the parts' pools.
+- pad_conv_channels: output channels padded to a multiple of the vector lanes (MetaSchedule
+  tiles only by exact divisors), the result sliced back.
+- winograd_convs: a 3x3 stride-1 convolution by constant weights computes as Winograd's
+  F(4x4, 3x3), or F(2x2, 3x3) on maps too small for enough 4x4 tiles.
 """
 
 from __future__ import annotations
@@ -36,7 +23,7 @@ from tvm import relax, te, topi
 # weights are transformed here in the graph, which needs their numbers.
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from .layouts import op_name, rewrite_functions, static_dims
+from ..relax_rewrites import op_name, rewrite_functions, static_dims
 
 _CONV2D = "relax.nn.conv2d"
 
@@ -185,24 +172,14 @@ class _PadConvChannels(relax.expr_functor.PyExprMutator):
 # The output tile sides Winograd computes in, tried largest first, each with the fewest channels
 # it takes: F(4x4, 3x3) saves 4 times the multiplications, F(2x2, 3x3) 2.25 times.
 # Where the transforms cost more than the multiplications they save, a convolution stays direct:
-# narrow ones, and those whose transformed tiles spill the caches. Tuned 64 trials each against
-# vgg19's direct convolutions tuned 120-230 (tiles in MB): 56x56, 64 channels 0.64 ms (direct
-# 1.1; 1.8 MB); 56x56, 256 channels 7.0 ms (16.2; 7.2 MB); 28x28, 512 channels 6.8 ms (16.2;
-# 3.6 MB); 14x14, 512 channels 2.9 ms (4.2); but 112x112, 128 channels 10.4 ms (8.1; 14.5 MB)
-# and 224x224, 64 channels 18.9 ms (17.4; 29 MB). Nor where too few tiles share each
-# transformed weight, (tile + 2)^2 / 9 times the size of the 3x3 one: a product reads them from
-# memory for little arithmetic. Untuned, a 3x3 convolution with ReLU, median ms F(4x4) /
-# direct: 7x7, 512 channels (4 tiles; ResNet-50's last stage) 0.81 / 0.71, and its 38 MB of
-# taps where direct reads 9.4; 14x14, 256 (16 tiles) 0.49 / 0.68; 14x14, 512 1.63 / 2.56.
-# There F(2x2) has 16 tiles and 17 MB of taps. Untuned on a 2-core AMD EPYC (Zen 4), F(2x2) /
-# direct at 7x7: 512 channels 0.88 / 1.17 ms, 256 0.27 / 0.33, 128 0.071 / 0.081, but 96
-# 0.049 / 0.050 and 64 0.054 / 0.036 (its transforms cost as much as the products it saves).
+# narrow ones, those whose transformed tiles spill the caches, and those with too few tiles to
+# share each transformed weight, (tile + 2)^2 / 9 times the 3x3 one (docs/cpu-codegen.md).
 WINOGRAD_TILINGS = ((4, 32), (2, 128))  # (output tile side, fewest channels in and out)
 WINOGRAD_MIN_TILES = 16
 WINOGRAD_MAX_TILE_BYTES = 8 << 20
 
 
-@functools.cache  # Cook-Toom's rational arithmetic takes 13 ms, once per convolution otherwise
+@functools.cache  # Cook-Toom's rational arithmetic is slow: once a tile size
 def _winograd_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A (alpha x tile), B (alpha x alpha) and G (alpha x 3) of F(tile x tile, 3 x 3), alpha =
     tile + 2, in float32."""
@@ -334,8 +311,7 @@ class _WinogradConvs(relax.expr_functor.PyExprMutator):
     def __init__(self, mod):
         super().__init__(mod)
         # (data dims, weight dims, padding) -> the kernel call made for them: convolutions of
-        # one shape share the kernel, made once (TVM's te.create_prim_func took 25 ms a call,
-        # ResNet-50 has 13 such convolutions of 4 shapes).
+        # one shape share the kernel, made once (TVM's te.create_prim_func is slow).
         self.kernels: dict[tuple, relax.Call] = {}
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -393,7 +369,7 @@ def pad_conv_channels(vector_bits: int) -> tvm.transform.Pass:
 
 def conv_rewrites(target: tvm.target.Target, before_winograd: tuple | list = ()) -> list:
     """The rewrites, channels padded to ``target``'s vector width; ``before_winograd`` are
-    rewrites that take convolutions Winograd's would otherwise (targets.amx's)."""
+    rewrites that take convolutions Winograd's would otherwise (targets.cpu.amx's)."""
     with target:
         vector_bits = tvm.target.codegen.llvm_get_vector_width(target)
     return [pool_concat_parts, split_concat_convs, pad_conv_channels(vector_bits),

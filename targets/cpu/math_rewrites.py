@@ -14,7 +14,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .layouts import op_name, rewrite_functions, static_dims
+from ..relax_rewrites import op_name, rewrite_functions, static_dims
 
 _ROOT_POWERS = (0.5, 0.75)
 

@@ -154,8 +154,7 @@ bool file_backed(const void* data) {
 // A packed weight's source, once packed, is read again only if the constant's address
 // changes. Where it is memory-mapped from a file (the engine cache's weights), its whole
 // pages leave the process (read from the file again should anything read them), so the
-// original and its packed copy are not both held: BERT-base's 340 MB of packed matmul
-// weights came on top of the originals. Anonymous memory is left alone (it would go to swap).
+// original and its packed copy are not both held. Anonymous memory is left alone (it would go to swap).
 // MADV_PAGEOUT also drops them from the page cache, but skips pages another process maps
 // or the kernel cannot isolate at that moment (on a CI machine a 64 KiB weight's pages
 // stayed resident), so the pages still mapped from the file are then unmapped
@@ -189,8 +188,8 @@ void release_file_pages(void* data, size_t size) {
 // The buffer the temporaries of every region this library runs on the calling thread live
 // in, as large as the largest region needs: regions run one at a time on a thread, so their
 // intermediates need not each be held for the life of the model, and within a region
-// place_temporaries reuses a buffer once nothing reads it (ConvNeXt-T's regions held 75 MB of
-// them; placed so, 8.4 MB). A thread's buffer lives as long as the thread.
+// place_temporaries reuses a buffer once nothing reads it. A thread's buffer lives as long as
+// the thread.
 char* scratch(size_t bytes) {
   struct Arena {
     void* data = nullptr;
@@ -518,7 +517,7 @@ class Region {
     };
     auto pd = conv_desc(any_desc(to_dims(s.src_shape)), any_desc(dst_dims));
     // Free to choose, oneDNN 3.2 runs a grouped convolution of few channels per group (6 in
-    // ShuffleNet) as its reference gemm on NCHW: 18 ms where channels-last brgemm takes 0.1.
+    // ShuffleNet) as its reference gemm on NCHW, far slower than channels-last brgemm.
     if (runs(pd, "gemm") &&
         s.weights_shape.rank == 5) {
       auto channels_last = [](const Dims& dims) {
@@ -571,8 +570,8 @@ class Region {
 
   // Whether a matmul's rows may all be one batch: its weights are the same for every batch
   // (a Linear over [1, H, W, C]) and no post-op reads a value per row (a residual, a mask).
-  // oneDNN's brgemm runs [1, 7, 7, 768] x [768, 3072] as 7 batches of 7 rows: 3.7 ms, where
-  // 49 rows take 1.5 (ConvNeXt-T's MLPs, 48 of its 69 ms).
+  // oneDNN's brgemm runs [1, 7, 7, 768] x [768, 3072] as 7 batches of 7 rows, much slower
+  // than one batch of 49 rows (ConvNeXt-T's MLPs).
   static bool rows_fold(const Step& s, const Dims& weights_dims) {
     size_t rank = weights_dims.size();
     if (rank < 3) return false;
@@ -672,7 +671,7 @@ class Region {
     memory src = value(s.src);
     Dims stored = to_dims(s.weights_shape);
     // Both operands in one layout: oneDNN 3.2 runs a blocked operand with a plain one as its
-    // reference code (ZFNet's LRN product over 1x96x109x109: 46 ms, 0.7 in one layout). An
+    // reference code (ZFNet's LRN product over 1x96x109x109). An
     // operand broadcast along some axes goes to src's layout too; where oneDNN still has
     // only reference code, both are read plain.
     auto binary_desc = [&](const memory::desc& other) {
@@ -711,7 +710,7 @@ class Region {
   // and merged, a channel shuffle) are views: a reshaped input is read plain in src_shape,
   // and the plain result is dst_shape. A channel shuffle of an nhwc map (its channels split
   // in two, the halves swapped and merged again) reads and writes nhwc: one reorder instead
-  // of three (to plain, the shuffle, back to nhwc), ShuffleNet's 1.6 ms of 4.9 a run.
+  // of three (to plain, the shuffle, back to nhwc).
   void build_transpose(const Step& s) {
     Dims src_dims = to_dims(s.src_shape), dst_dims = to_dims(s.dst_shape);
     Dims transposed(src_dims.size()), strides(src_dims.size());
@@ -752,7 +751,7 @@ class Region {
 
   // A transpose that only renames a step's strides is a view of its buffer: ConvNeXt's
   // NCHW map in nhwc (acdb) to NHWC (plain) before its layer norm and MLP, and back after
-  // (4.8 ms of reorders of 56 a run). Not for a region result, which TVM's output holds.
+  // (reorders otherwise). Not for a region result, which TVM's output holds.
   bool transposed_view(const Step& s, const Dims& transposed, const Dims& dst_dims) {
     const memory::desc src_desc = value(s.src).get_desc();
     const bool returned =
@@ -779,8 +778,7 @@ class Region {
   void build_reduction(const Step& s) {
     // A mean over the spatial axes of a map in a blocked or nhwc layout (a squeeze-excite
     // block's, after a convolution) is an average pooling over the whole map, which reads
-    // that layout as it is: reordered to plain for the reduction, EfficientNet-B0's 16 took
-    // 3.2 ms a run, of which 1.1 ms the reduction of 1x1152x7x7 maps, channel by channel.
+    // that layout as it is, where reordered to plain, the reduction went channel by channel.
     memory::desc src_desc = value(s.src).get_desc();
     if (s.algorithm == dnnl_reduction_mean && global_spatial(s) &&
         src_desc != plain_desc(src_desc.get_dims())) {
@@ -792,8 +790,7 @@ class Region {
       return finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(),
                          {{DNNL_ARG_SRC, value(s.src)}});
     }
-    // Plain: oneDNN reduces blocked layouts with its reference code (squeezenet's final mean
-    // over an nChw16c map: 400 ms).
+    // Plain: oneDNN reduces blocked layouts with its reference code, far slower.
     memory src = as_layout(s.src, plain_desc(to_dims(s.src_shape)));
     dnnl::reduction::primitive_desc pd(cpu_engine(), algorithm(s.algorithm), src.get_desc(),
                                        any_desc(to_dims(s.dst_shape)), 0.f, 0.f);
@@ -866,8 +863,8 @@ class Region {
     // derives the destination's layout from theirs (nhwc from nhwc, as squeezenet's
     // convolutions choose), so the convolutions after it mostly read it as it is.
     // Inputs in different layouts go to the layout of the largest first: oneDNN concatenates
-    // mixed layouts with its reference code (DenseNet's plain and nhwc inputs: 5 ms a
-    // concat), and DenseNet's largest input, the features so far, comes plain from TVM.
+    // mixed layouts with its reference code, and DenseNet's largest input, the features so
+    // far, comes plain from TVM.
     std::vector<memory::desc> sources;
     std::unordered_map<int, memory> args;
     memory::desc largest = value(concat_sources(s)[0]).get_desc();

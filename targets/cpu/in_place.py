@@ -1,25 +1,11 @@
 """Kernels that write their result over an operand dying with them: a residual block's sum
 (a convolution, its bias and the block's input, whose last reader it is).
 
-Written to a buffer of its own, such a result costs the kernel a third stream through memory:
-the result's lines are read in before they are written (write-allocate) besides the operand's.
-ResNet-50's first expanding 1x1 convolution with its residual (56x56x64 to 256 channels, on a
-2-core AMD EPYC, caches flushed before each run) ran 0.83 ms so, 0.66 ms written over the
-residual, which is what onnxruntime's fused Sum does; the whole model, tuned, 33.69 -> 33.05 ms
-(its two builds alternated in one process). The call becomes TVM's call_tir_inplace;
-its kernel, ``<name>_inplace``, is the scheduled kernel with its output buffer bound to the
-operand's (PrimFunc.specialize).
-
-A call writes over operand r only where nothing can tell:
-- in the kernel, one store writes the output, in a block whose iterators are all spatial, at
-  indices that are distinct iterators of that block or constants (each element written once),
-  and every load of r is in that store's value at the same indices; nothing else reads the
-  output or r, or takes their addresses. So each element of r is read just before it is
-  overwritten and never after;
-- r has the output's shape and dtype and is given once among the call's operands;
-- r is a value of the dataflow block, made there by a kernel (not an input, a weight or a view
-  of one: reshapes are views by then, see ``residuals_in_place``), and read before only as an
-  operand of calls that return new values: no one reads it after.
+Written to a buffer of its own, such a result costs the kernel a third stream through memory
+(the result's lines read in before they are written), as onnxruntime's fused Sum avoids. The
+call becomes TVM's call_tir_inplace; its kernel, ``<name>_inplace``, is the scheduled kernel
+with its output buffer bound to the operand's (PrimFunc.specialize). A call writes over an
+operand only where nothing can tell (``overwritable`` and ``_plan`` say when).
 """
 
 from __future__ import annotations
@@ -28,7 +14,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .layouts import called_kernels, op_name, rewrite_functions, without_uncalled
+from ..relax_rewrites import called_kernels, op_name, rewrite_functions, without_uncalled
 
 SUFFIX = "_inplace"
 

@@ -9,10 +9,8 @@ group, so a package outside this repository adds a vendor by declaring::
     [project.entry-points."odla_tvm.plugins"]
     myvendor = "myvendor_odla:PLUGIN"      # a VendorPlugin, or a function returning one
 
-Partitioning is TVM's: FuseOpsByPattern groups what each pattern matches into a composite
-function, MergeCompositeFunctions joins neighbouring composites into one function per region,
-RunCodegen hands the regions to the plugin's codegen (registered as ``relax.ext.<name>``).
-Everything the plugin does not take stays with TVM's own code generation in the same module.
+Partitioning is TVM's (FuseOpsByPattern, MergeCompositeFunctions, RunCodegen); what the plugin
+does not take stays with TVM's own code generation in the same module.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from tvm.relax.dpl import DFPattern
 import relay_bridge
 import toolchain
 
-from .layouts import fold_constant_layouts
+from ..cpu.layouts import fold_constant_layouts
 
 log = logging.getLogger(__name__)
 
@@ -175,19 +173,18 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, objec
     if plugin.prepare is not None:
         mod = plugin.prepare(mod, mine)
     # Only patterns that can match here: FuseOpsByPattern walks the whole graph once per
-    # pattern, found or not (oneDNN's 96 took 0.78 s on GPT-2, whose graph calls no conv2d).
+    # pattern, found or not.
     present = frozenset().union(*(relay_bridge.op_names(f) for f in mod.functions.values()
                                   if isinstance(f, relax.Function)))
     patterns = [p for p in plugin.patterns(mine) if _required_ops(p.pattern) <= present]
     # Those that take a constant's transpose as it is come first: folded, a transposed weight
-    # is a copy held beside the original until compiling ends (AlexNet's Gemm weights: 231 MB).
+    # is a copy held beside the original until compiling ends.
     early = [p.fusion_pattern() for p in patterns if p.before_folding]
     if early:
         mod = relax.transform.FuseOpsByPattern(early, bind_constants=False)(mod)
     # Then folded, so that weights and biases computed from constants (a reshape of a bias,
     # a batch norm's factors) reach the patterns as the constants they are; reshapes and
-    # transposes first with NumPy (FoldConstant builds a kernel for each: ResNet-50's 53 bias
-    # reshapes took 1.2 s).
+    # transposes first with NumPy (FoldConstant builds a kernel for each).
     mod = relax.transform.FoldConstant()(fold_constant_layouts(mod))
     mod = relax.transform.FuseOpsByPattern([p.fusion_pattern() for p in patterns],
                                            bind_constants=False)(mod)
@@ -259,7 +256,7 @@ def _host_calls_in_functions(mod: tvm.IRModule) -> tvm.IRModule:
 
 # At module level: a mutator class made inside a function was never freed (TVM's derived-object
 # machinery keeps it), nor what its methods' closure held: the module, every weight of it, one
-# more model's worth with each compile (ResNet-50 on DEFAULT: 90 MB a compile).
+# more model's worth with each compile.
 @relax.expr_functor.mutator
 class _HostCallsHidden(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, builder: relax.BlockBuilder):

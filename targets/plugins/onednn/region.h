@@ -1,4 +1,4 @@
-// The data a generated oneDNN region is made of, shared by the code targets/onednn.py
+// The data a generated oneDNN region is made of, shared by the code source_writer.py
 // generates for each model (plain constant tables, compiled in well under a second) and
 // runtime.cc, which builds them into oneDNN primitives and runs them (compiled once per
 // machine and cached, as it includes dnnl.hpp). A region is a list of steps (convolution,

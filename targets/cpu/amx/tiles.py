@@ -1,0 +1,24 @@
+"""AMX's tiles as the kernels use them (16 rows of 64 bytes: A's 16 rows by 32 bfloat16
+reduction steps, B's 16 step pairs by 16 columns, C's 16 x 16 float32, each float32 operand
+as PARTS bfloat16 parts), and whether a target has AMX."""
+
+from __future__ import annotations
+
+import tvm
+from tvm.target.codegen import target_has_features
+
+AMX_FEATURES = ("amx-tile", "amx-bf16")  # LLVM's names; /proc/cpuinfo says amx_tile, amx_bf16
+ROWS, STEPS, COLUMNS = 16, 32, 16  # a tile of A: ROWS x STEPS bfloat16; of C: ROWS x COLUMNS
+PARTS = 3
+# syscall's arguments asking Linux for AMX's tile state: arch_prctl(ARCH_REQ_XCOMP_PERM,
+# XFEATURE_XTILEDATA), x86-64's numbers.
+AMX_PERMISSION_SYSCALL = (158, 0x1023, 18)
+
+
+def has_amx(target: tvm.target.Target) -> bool:
+    return target.kind.name == "llvm" and all(target_has_features(f, target)
+                                               for f in AMX_FEATURES)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step

@@ -1,0 +1,52 @@
+"""The oneDNN vendor plugin: Intel's deep-learning kernels behind the ODLA device INTEL_DNNL.
+
+It takes float32 NCHW convolutions and matmuls of any rank with up to five elementwise ops
+fused in as post-ops, softmax, layer norm, LRN, pooling and concatenation along channels
+(patterns.py). Each region becomes a table of steps (region.h) and a C++ function calling
+runtime.cc (source_writer.py); what it does not take runs as TVM's code in the same module,
+and a graph TVM runs faster whole is declined (policy.py). The library is oneDNN 3.2 built
+with GNU OpenMP, from PyPI, part of odla-tvm's install on x86-64 Linux (library.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .. import VendorPlugin
+from .library import check_available, link_options
+from .patterns import ITEMS, MAX_RANK, check_item, patterns, prepare
+from .policy import declines
+from .source_writer import CALLS_FUNCTION, codegen
+
+# oneDNN's OpenMP threads wait for the next region spinning briefly (10000 of libgomp's spins),
+# then asleep, unless the user chose a policy: asleep at once, every region must wake them;
+# libgomp's default spin takes the cores from TVM's pool running the ops between regions.
+# libgomp reads this when it loads, with the first model library that needs it.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+# And TVM's workers sleep as soon as their kernel ends in a process running oneDNN's regions
+# (PLUGIN.pool_spin): spinning, they take the core from the oneDNN region that comes next on
+# it. A process running TVM's code alone keeps targets.runtime's spin, which its
+# back-to-back kernels want.
+ONEDNN_POOL_SPIN = 0
+
+
+PLUGIN = VendorPlugin(
+    name="onednn",
+    device_name="INTEL_DNNL",
+    description="oneDNN 3.2 (Intel's deep-learning kernels): float32 convolutions and matmuls "
+                "of any rank with their elementwise ops fused, softmax, layer norm, pooling, "
+                "concat along channels",
+    patterns=patterns,
+    codegen=codegen,
+    link_options=link_options,
+    check_available=check_available,
+    items=ITEMS,
+    check_item=check_item,
+    prepare=prepare,
+    declines=declines,
+    pool_spin=ONEDNN_POOL_SPIN,
+)
+
+__all__ = ["CALLS_FUNCTION", "ITEMS", "MAX_RANK", "ONEDNN_POOL_SPIN", "PLUGIN", "check_available",
+           "check_item", "codegen", "declines", "link_options", "patterns", "prepare"]

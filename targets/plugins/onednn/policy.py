@@ -1,0 +1,30 @@
+"""When the oneDNN plugin declines a graph, leaving it whole to TVM's own build."""
+
+from __future__ import annotations
+
+import tvm
+
+from ...cpu.conv_rewrites import matmul_share, winograd_share
+
+# TVM's build computes 3x3 stride-1 convolutions by Winograd (targets.cpu.conv_rewrites), with
+# fewer multiplications than oneDNN's direct ones: a graph with this share of its multiply-adds
+# in them runs faster on TVM whole (docs/onednn.md has the measurements).
+WINOGRAD_SHARE_FOR_TVM = 0.35
+
+
+# TVM's own build, its matmuls fused with the elementwise ops around them, runs a graph of
+# matmuls (a transformer) faster than oneDNN's matmuls with TVM's code between its regions.
+MATMUL_SHARE_FOR_TVM = 0.95
+
+
+def declines(mod: tvm.IRModule) -> str | None:
+    share = winograd_share(mod["main"])
+    if share >= WINOGRAD_SHARE_FOR_TVM:
+        return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "
+                f"Winograd (oneDNN computes them directly; the line is "
+                f"{WINOGRAD_SHARE_FOR_TVM:.0%})")
+    share = matmul_share(mod["main"])
+    if share >= MATMUL_SHARE_FOR_TVM:
+        return (f"{share:.0%} of its multiply-adds are in matmuls, which TVM's build runs "
+                f"faster with the ops between them (the line is {MATMUL_SHARE_FOR_TVM:.0%})")
+    return None
