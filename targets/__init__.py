@@ -2,7 +2,7 @@
 
 import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
 
-from .registry import (
+from .specs import (
     TargetSpec,
     available_targets,
     cpu_count,
@@ -23,7 +23,7 @@ from .plugins import (
     get_plugin,
     register_plugin,
 )
-from .rpc import Tracker, TrackerError
+from .tuning.rpc import Tracker, TrackerError
 from .runner import RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries
 from .runtime import (CompiledModule, ToolchainMissing, allocate, compile_module,
                       release_freed_memory)

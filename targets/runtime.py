@@ -20,7 +20,7 @@ from tvm.s_tir import dlight as dl
 import relay_bridge
 from toolchain import ToolchainMissing
 
-from . import codegen
+from .compiler import codegen
 from . import plugins as vendor_plugins
 from .conv_rewrites import conv_rewrites
 from .amx import amx_products, has_amx, parts_schedules
@@ -28,7 +28,7 @@ from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
 from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions, without_uncalled
-from .registry import TargetSpec, cpu_count, default_pool_spin
+from .specs import TargetSpec, cpu_count, default_pool_spin
 from .weights import WeightFiles, lift_weights, numpy_views
 
 log = logging.getLogger(__name__)

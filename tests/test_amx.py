@@ -112,7 +112,8 @@ _GUARDED_RUN = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np, tvm
     import targets
-    from targets import amx, codegen
+    from targets import amx
+    from targets.compiler import codegen
 
     rng = np.random.default_rng(3)
 

@@ -10,8 +10,8 @@ import tvm
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.script import tirx as T
 
-from targets import builder as builder_module
-from targets.builder import KeptPoolBuilder
+from targets.tuning import builder as builder_module
+from targets.tuning.builder import KeptPoolBuilder
 
 
 @T.prim_func

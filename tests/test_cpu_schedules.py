@@ -100,7 +100,7 @@ def const(array):
 
 def test_vector_lanes_follow_the_targets_features():
     avx2 = targets.get_target("x86-64-avx2").tvm_target()
-    arm = targets.registry.AARCH64_LINUX.tvm_target()
+    arm = targets.specs.AARCH64_LINUX.tvm_target()
     assert cs.vector_lanes(avx2, "float32") == 8 and cs.vector_lanes(avx2, "int64") == 4
     assert cs.vector_lanes(arm, "float32") == 4 and cs.vector_lanes(arm, "float16") == 8
     assert cs.vector_registers(avx2) == 16 and cs.vector_registers(arm) == 32
@@ -316,7 +316,7 @@ def test_register_tiles_stay_on_the_stack(monkeypatch, stack_max):
     a local buffer of 1 KB or more from its workspace pool, once per tile; targets.codegen
     keeps local buffers up to its line on the stack (LLVM's registers), and the workspace
     takes those above it."""
-    from targets import codegen
+    from targets.compiler import codegen
 
     monkeypatch.setattr(codegen, "_STACK_LOCAL_MAX_BYTES", stack_max)
     x, w = data((128, 64)), data((64, 96))
@@ -1036,7 +1036,7 @@ def test_every_kernel_of_a_small_cnn_is_scheduled():
 
 @pytest.mark.parametrize("name", ["x86-64-avx2", "aarch64-linux"])
 def test_cross_targets_schedule_every_kernel_too(name):
-    spec = targets.get_target(name) if name != "aarch64-linux" else targets.registry.AARCH64_LINUX
+    spec = targets.get_target(name) if name != "aarch64-linux" else targets.specs.AARCH64_LINUX
     mod, _ = transformer_block(seq=8, width=32, heads=2)
     assert "Contraction" in rules_of(mod, spec).values()
     assert "Contraction" in rules_of(build_small_cnn(batch=1).build_module(), spec).values()

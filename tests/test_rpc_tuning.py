@@ -27,7 +27,7 @@ from tvm.rpc import base
 
 import odla_tvm as odla
 import targets
-import targets.rpc
+import targets.tuning.rpc
 from odla_tvm import Status
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
@@ -222,7 +222,7 @@ def test_a_server_lost_mid_run_costs_no_record(fleet, tmp_path):
 
 
 def test_no_free_server_ends_after_a_bounded_wait(fleet, tmp_path, monkeypatch):
-    monkeypatch.setattr(targets.rpc, "SERVER_WAIT_S", 1.0)
+    monkeypatch.setattr(targets.tuning.rpc, "SERVER_WAIT_S", 1.0)
     started = time.monotonic()
     with pytest.raises(odla.OdlaError) as err:
         odla.tune(matmul_onnx(tmp_path / "m.onnx"), trials=2, cache_dir=tmp_path,

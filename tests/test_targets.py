@@ -84,7 +84,7 @@ def test_a_gather_compiles_for_cuda_without_a_gpu():
 
 def test_cnn_compiles_for_aarch64_on_this_machine(cnn):
     mod, _, _ = cnn
-    spec = targets.registry.AARCH64_LINUX
+    spec = targets.specs.AARCH64_LINUX
     module = compile_module(mod, spec)
     assembly = module.library.mod.imports[0].inspect_source("asm")
     assert "fmla" in assembly or "fmul" in assembly  # Arm floating-point instructions

@@ -38,11 +38,12 @@ import tqdm
 import tvm
 import tvm_ffi
 
-from . import codegen, rpc
+from ..compiler import codegen
+from ..runner import cache_dir as default_cache_dir
+from ..runtime import default_scheduled, fused_kernels
+from ..specs import TargetSpec, cpu_count
+from . import rpc
 from .builder import KeptPoolBuilder
-from .registry import TargetSpec, cpu_count
-from .runner import cache_dir as default_cache_dir
-from .runtime import default_scheduled, fused_kernels
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from tvm.s_tir.pipeline import default_s_tir_pipeline
 from tvm.tirx.compilation_pipeline import register_tir_pipeline
 from tvm_ffi import libinfo as tvm_ffi_libinfo
 
-from .registry import cpu_count
-from .vector_tails import whole_vectors
+from ..specs import cpu_count
+from ..vector_tails import whole_vectors
 
 _vm_codegen = tvm.get_global_func("relax.VMCodeGen")
 _vm_link = tvm.get_global_func("relax.VMLink")

@@ -21,12 +21,12 @@ import tvm_ffi
 
 from toolchain import ToolchainMissing
 
-from .registry import TargetSpec
+from ..specs import TargetSpec
 
 log = logging.getLogger(__name__)
 
-RUNNER_SOURCE = Path(__file__).with_name("runner") / "odla_runner.cc"
-RPC_SERVER_SOURCE = Path(__file__).with_name("runner") / "odla_rpc_server.cc"
+RUNNER_SOURCE = Path(__file__).with_name("odla_runner.cc")
+RPC_SERVER_SOURCE = Path(__file__).with_name("odla_rpc_server.cc")
 # The two libraries a compiled module needs at run time, by the wheel that ships them.
 RUNTIME_LIBRARIES = {"libtvm_runtime.so": "apache-tvm", "libtvm_ffi.so": "apache-tvm-ffi"}
 _WHEEL_PLATFORMS = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}

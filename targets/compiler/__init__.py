@@ -1,0 +1,1 @@
+"""The compile pipeline: from a Relax module to a target's machine code."""
