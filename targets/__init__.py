@@ -1,6 +1,6 @@
 """Targets: what each device compiles to, and compiling and running for it."""
 
-import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
+from toolchain import ToolchainMissing  # first: toolchain loads TVM with torch hidden
 
 from .specs import (
     TargetSpec,
@@ -25,8 +25,8 @@ from .plugins import (
 )
 from .tuning.rpc import Tracker, TrackerError
 from .runner import RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries
-from .runtime import (CompiledModule, ToolchainMissing, allocate, compile_module,
-                      release_freed_memory)
+from .runtime import CompiledModule, allocate, release_freed_memory
+from .compiler import compile_module
 from .training_runtime import DeviceFunctions
 from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
 from .weights import WeightFiles

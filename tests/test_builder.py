@@ -1,4 +1,4 @@
-"""Tuning's builder (targets.builder.KeptPoolBuilder): its worker processes serve batch after
+"""Tuning's builder (targets.tuning.builder.KeptPoolBuilder): its worker processes serve batch after
 batch, up to BUILDS_PER_WORKER candidates each, and it reports what LocalBuilder reports."""
 
 import os

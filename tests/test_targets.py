@@ -18,7 +18,7 @@ from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
 from odla_tvm.demo import build_small_cnn
 from odla_tvm.device import default_plugin_missing
-from targets.runtime import compile_module
+from targets.compiler import compile_module
 
 HAS_AVX2 = targets.get_target("x86-64-avx2").runs_here()
 HAS_GPU = tvm.cuda(0).exist
@@ -105,7 +105,7 @@ def test_generic_avx2_code_runs_here_and_matches_the_host(cnn):
 
 
 def test_host_kernels_are_built_in_groups_and_the_library_runs_them_all(tmp_path):
-    """targets.codegen builds a CPU module's kernels in groups (in a pool of threads), the
+    """targets.compiler.codegen builds a CPU module's kernels in groups (in a pool of threads), the
     first group's library importing the others': in memory and once exported and loaded,
     the module runs every kernel and matches NumPy."""
     rng = np.random.default_rng(3)

@@ -38,9 +38,8 @@ import tqdm
 import tvm
 import tvm_ffi
 
-from ..compiler import codegen
+from ..compiler import codegen, default_scheduled, fused_kernels
 from ..runner import cache_dir as default_cache_dir
-from ..runtime import default_scheduled, fused_kernels
 from ..specs import TargetSpec, cpu_count
 from . import rpc
 from .builder import KeptPoolBuilder
