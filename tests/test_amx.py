@@ -20,7 +20,7 @@ from tvm.target.codegen import llvm_lookup_intrinsic_id
 import targets
 from targets import amx
 from targets.compiler import compile_module, default_scheduled, fused_kernels
-from targets.tuning import _scheduled_already
+from targets.tuning.search import _scheduled_already
 
 from test_cpu_schedules import const, relax_module
 

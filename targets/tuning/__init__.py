@@ -1,5 +1,6 @@
-"""Autotuning with MetaSchedule, and the tuning database each target keeps."""
+"""Autotuning with MetaSchedule (search), the tuning database each target keeps (database),
+the run-off of records against default schedules (run_off), and where candidates are built
+(builder) and measured (rpc, through a tracker)."""
 
-from .database import (RUN_OFF_MIN_S, RUN_OFF_ROUNDS, TuningDatabase, TuningReport,
-                       TuningUnavailable, _export_shared, _OutOfTime, _Progress,
-                       _scheduled_already, find_database, tune)
+from .database import TuningDatabase, find_database
+from .search import TuningReport, TuningUnavailable, tune

@@ -1,105 +1,36 @@
-"""Autotuning with MetaSchedule, and the tuning database each target keeps.
-
-A target's database is ``<cache>/tuning/<target name>-<digest of its key>/``: MetaSchedule's two
-JSON tables (workloads, and one record per measured candidate) and ``target.json``, which names
-the target the records were measured on, the TVM that made them, the models tuned into it (by
-architecture), every tuning run with its budget, and how fast each kernel ran as the target's
-default schedules make it (with a digest of that schedule). A run ends with a run-off: each
-kernel's best record and its default schedule measured again side by side, in rounds, and the
-record applies only if it was faster in each. ``find_database`` hands a target its
-database for compile_module, which applies the records to those models where they beat those
-default schedules, as long as the default rules make the schedule timed; records
-made for another target, or another TVM, are never applied (a warning says why).
-
-A run resumes from the records already there: trials recorded for a model's kernels count
-against its trial budget, and the search starts from the best of them.
-
-Candidates are built here, in a process pool, and measured here or, given an RPC tracker
-(targets.rpc), on the servers registered with it under a key: on the device itself for a board
-(aarch64-linux), or on machines of the CPU a remote target names (llvm:MCPU:CORES).
-"""
+"""The tuning database each target keeps: ``<cache>/tuning/<target name>-<digest of its key>/``
+holds MetaSchedule's two JSON tables (workloads, and one record per measured candidate) and
+``target.json``: the target the records were measured on, the TVM that made them, the models
+tuned into it (by architecture), every tuning run, and how fast each kernel ran as the
+target's default schedules make it (with a digest of that schedule). ``find_database`` hands a
+target its database for compile_module, which applies a kernel's records only where they beat
+its default schedule (see targets.tuning.run_off); records made for another target or another
+TVM are never applied (a warning says why)."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
 import hashlib
 import json
 import logging
-import os
-import tempfile
-import time
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
-import tqdm
 import tvm
 import tvm_ffi
 
-from ..compiler import codegen, default_scheduled, fused_kernels
+from ..compiler import codegen, default_scheduled
 from ..runner import cache_dir as default_cache_dir
-from ..specs import TargetSpec, cpu_count
-from . import rpc
-from .builder import KeptPoolBuilder
+from ..specs import TargetSpec
 
 log = logging.getLogger(__name__)
 
 FAILED_RUN_S = 1e10  # what MetaSchedule records as the run time of a candidate that failed
-FIRST_TRIALS = 16  # what every kernel gets first: enough for a parallel, vectorized schedule
-RUN_OFF_ROUNDS = 5  # a run-off measures each of its two schedules this many times, in turns,
-RUN_OFF_REPEATS = 10  # each time this many runs
 # Kernels whose default schedule runs faster than this do not run off: a model's time is in
 # the others, and at a few microseconds a run-off would time the runner's own overhead.
 RUN_OFF_MIN_S = 50e-6
 _TARGET_FILE = "target.json"
 _WORKLOADS = "database_workload.json"
 _RECORDS = "database_tuning_record.json"
-
-
-class TuningUnavailable(RuntimeError):
-    """Tuning cannot run for this target here; the message says why."""
-
-
-@dataclasses.dataclass
-class TuningReport:
-    """What one tuning run did."""
-
-    target: str
-    directory: Path
-    tasks: int  # kernels tuned (each fused kernel of the model with its own shape)
-    trials_run: int  # candidates measured by this run
-    trials_recorded: int  # candidates measured for the model's kernels, in all runs
-    seconds: float
-    estimated_latency_s: float | None  # sum over kernels of calls x best measured time
-    stopped_by: str  # "trials", "minutes", or "done" (the trial budget was already spent)
-    records_removed: int = 0  # by keep_best, afterwards
-    # Kernels whose default schedule ran faster than any of their records: compiles keep it.
-    defaults_kept: int = 0
-    # Through an RPC tracker: candidates measured by each server ("host:port"), and the
-    # measurements repeated because the server measuring them was lost.
-    measured_on: dict[str, int] = dataclasses.field(default_factory=dict)
-    measured_again: int = 0
-
-    def summary(self) -> str:
-        latency = ("no kernel measured yet" if self.estimated_latency_s is None
-                   else f"best kernels add up to {self.estimated_latency_s * 1e3:.3f} ms")
-        removed = (f"; {self.records_removed} slower records removed" if self.records_removed
-                   else "")
-        kept = (f"; {self.defaults_kept} kernels keep their default schedule, faster than any "
-                "record or not beaten in every round of their run-off" if self.defaults_kept
-                else "")
-        servers = ""
-        if self.measured_on:
-            servers = (f"; measured on {len(self.measured_on)} RPC servers ("
-                       + ", ".join(f"{s}: {n}" for s, n in sorted(self.measured_on.items())) + ")"
-                       + (f", {self.measured_again} measured again after losing their server"
-                          if self.measured_again else ""))
-        return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
-                f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
-                f"{self.stopped_by}); {latency}{kept}; database {self.directory}{removed}"
-                f"{servers}")
 
 
 class TuningDatabase:
@@ -263,7 +194,7 @@ class TuningDatabase:
         for line in lines:
             workload, (_trace, run_secs, *_rest) = json.loads(line)
             count, best = found.get(hashes[workload], (0, None))
-            seconds = _run_seconds(run_secs)
+            seconds = run_seconds(run_secs)
             if seconds < FAILED_RUN_S and (best is None or seconds < best):
                 best = seconds
             found[hashes[workload]] = (count + 1, best)
@@ -303,7 +234,7 @@ class TuningDatabase:
         by_workload: dict[int, list[tuple[float, str]]] = {}
         for line in lines:
             workload, (_trace, run_secs, *_rest) = json.loads(line)
-            by_workload.setdefault(workload, []).append((_run_seconds(run_secs), line))
+            by_workload.setdefault(workload, []).append((run_seconds(run_secs), line))
         meta = self.metadata()
         kept, removed = [], meta.setdefault("removed", {})
         for workload, records in by_workload.items():
@@ -367,7 +298,7 @@ def _keeps_default(best: float | None, default: float | None) -> bool:
     return default is not None and (best is None or best >= default)
 
 
-def _run_seconds(run_secs: list) -> float:
+def run_seconds(run_secs: list) -> float:
     return sum(run_secs) / len(run_secs) if run_secs else FAILED_RUN_S
 
 
@@ -411,34 +342,8 @@ def _database_name(spec: TargetSpec) -> str:
     return spec.database_name or spec.name
 
 
-def _export_shared(mod, compiler: str | None) -> str:
-    """A built candidate as a shared library for an RPC server, linked here (with ``compiler``,
-    a cross compiler, for another architecture): MetaSchedule's default export, an archive of
-    objects, needs a compiler on the server, and a board has none."""
-    from tvm.support import cc
-
-    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
-    mod.export_library(path, fcompile=cc.cross_compiler(compiler) if compiler else cc.create_shared)
-    return path
-
-
-def _build_candidate(mod, target, _params):
-    """MetaSchedule's default_build without its import of every tensor intrinsic, which took
-    ~25 s in each builder process before toolchain.calling_frames; a candidate reaches
-    the builder with any tensorization already applied. Compiled as builds compile it
-    (targets.codegen: register tiles on the stack), so that it is timed as it will run."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    return codegen.build_kernels(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod),
-                                 target)
-
-
 def _architecture(mod: tvm.IRModule) -> str:
     return str(tvm_ffi.structural_hash(mod, skip_tensor_content=True))
-
-
-def _task_hash(task) -> str:
-    return str(tvm_ffi.structural_hash(task.dispatched[0]))
 
 
 def _kernel_workloads(kernels: tvm.IRModule) -> dict[str, tvm.IRModule]:
@@ -452,7 +357,7 @@ def _kernel_workloads(kernels: tvm.IRModule) -> dict[str, tvm.IRModule]:
     return {str(tvm_ffi.structural_hash(w)): w for w in workloads}
 
 
-def _default_scheduled_copy(workload: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
+def default_scheduled_copy(workload: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
     # A copy: default rules may change the module they are given, and tuning reads it.
     with spec.tvm_target():
         return default_scheduled(tvm.ir.load_json(tvm.ir.save_json(workload)), spec)
@@ -460,387 +365,8 @@ def _default_scheduled_copy(workload: tvm.IRModule, spec: TargetSpec) -> tvm.IRM
 
 def default_schedule_digest(workload: tvm.IRModule, spec: TargetSpec) -> str:
     """Which schedule the target's default rules give a kernel (a structural hash of the
-    scheduled kernel), and how it is compiled (targets.codegen): the tuning database keeps
+    scheduled kernel), and how it is compiled (targets.compiler.codegen): the tuning database keeps
     the one each kernel's default time was measured for, so that a change of either (another
     odla-tvm) is seen."""
-    scheduled = tvm_ffi.structural_hash(_default_scheduled_copy(workload, spec))
+    scheduled = tvm_ffi.structural_hash(default_scheduled_copy(workload, spec))
     return f"{scheduled} ({codegen.KERNEL_CODEGEN})"
-
-
-def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
-         minutes: float | None = None, cache_dir=None, label: str = "model",
-         progress: bool = True, keep_best: int | None = None,
-         tracker: rpc.Tracker | None = None) -> TuningReport:
-    """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine
-    or on the RPC servers registered with ``tracker`` under its key (every one free when the
-    run starts, at once), and adds the records to the target's database, with each kernel's
-    time under the default schedules (measured once, first). ``trials``: candidates measured
-    for the model's kernels in all runs together (what earlier runs recorded counts);
-    ``minutes``: the wall-clock limit of this run, checked after each batch. ``label`` names
-    the model in the database's run log. ``keep_best``: afterwards, keep only that many of the
-    fastest records of each kernel in the database (TuningDatabase.keep_best).
-    rpc.TrackerError when the tracker cannot be reached or has no free server under the key
-    (after rpc.SERVER_WAIT_S), or every server is lost during the run."""
-    report = _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker)
-    if keep_best is not None:
-        report.records_removed = TuningDatabase(spec, cache_dir).keep_best(keep_best)
-    return report
-
-
-def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> TuningReport:
-    from tvm.s_tir import meta_schedule as ms
-
-    if tracker is None and (spec.remote or not spec.runs_here()):
-        where = ("is another machine's CPU" if spec.remote else
-                 f"code cannot run on this machine ({spec.arch}, {spec.device_kind})")
-        raise TuningUnavailable(
-            f"tuning measures candidates on the device, and {spec.name} {where}; tune on a "
-            f"machine of that kind, or through an RPC tracker with servers on such machines "
-            f"(rpc_tracker and rpc_key; odla-tvm tune --rpc-tracker HOST:PORT --rpc-key KEY)")
-    started = time.monotonic()
-    fleet = None
-    if tracker is not None:
-        # As many measurements at once as servers are free now; the tracker queues the rest.
-        fleet = rpc.Fleet(tracker, tracker.wait_for_servers(rpc.SERVER_WAIT_S))
-        log.info("measuring on %d RPC servers under key %r at %s", fleet.workers,
-                 tracker.key, tracker.address)
-    target = spec.tvm_target()
-    tasks = _by_arithmetic([t for t in ms.relax_integration.extract_tasks(
-        fused_kernels(mod, spec), target) if not _scheduled_already(t)])
-    database = TuningDatabase(spec, cache_dir)
-    if database.has_records() and database.foreign_reason():
-        raise TuningUnavailable(f"{database.directory} holds records it cannot extend: "
-                                f"{database.foreign_reason()}; remove it or use another cache dir")
-    ms_database = database.open()
-    database.add_model(mod)
-    recorded = database.measurements()
-    hashes = [_task_hash(t) for t in tasks]
-    counts = [recorded.get(h, (0, None))[0] for h in hashes]
-    budget = (trials - sum(counts)) if trials is not None else 1 << 30
-    # Timed once, and again where the default rules have changed since (with the budget spent
-    # too: that is what makes the records apply again).
-    untimed = database.untimed_defaults({h: t.dispatched[0] for h, t in zip(hashes, tasks)},
-                                        hashes)
-    if not tasks or (budget <= 0 and not untimed and not database.unraced(hashes)):
-        return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
-    # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
-    # core, unvectorized (resnet50's smallest 1x1 convolution so took longer than all its
-    # tuned ones). Then the kernels doing most of the arithmetic share the rest, each batch
-    # going where the model's time has been falling fastest (MetaSchedule's gradient
-    # scheduler): in turn, squeezenet's classifier, 29% of its time, got 48 of 757 trials.
-    phases = [([i for i, count in enumerate(counts) if count < FIRST_TRIALS], FIRST_TRIALS,
-               "round-robin"),
-              (list(range(_heavy_count(tasks))), None, "gradient")]
-    remote = fleet is not None
-    with _quiet_meta_schedule():
-        # One builder and one runner for the whole run: their processes take seconds to start.
-        builder = KeptPoolBuilder(
-            # The default 30 s is too short for a large convolution on 2 busy cores.
-            f_build=_build_candidate, timeout_sec=60, workers=cpu_count(),
-            f_export=functools.partial(_export_shared, compiler=spec.cross_compiler)
-            if remote else None)
-        runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
-        try:
-            _time_default_schedules(tasks, hashes, untimed, spec, database, builder, runner,
-                                    progress)
-            progress_bar = _Progress(
-                tasks, database.compiled_seconds(hashes),
-                max(budget, 0) if trials is not None else None,
-                started + minutes * 60 if minutes is not None else None,
-                f"tuning {label} for {spec.name}", progress and budget > 0, fleet)
-            try:
-                for indices, per_task, scheduler in phases:
-                    left = budget - progress_bar.trials
-                    if per_task is not None:
-                        left = min(left, sum(per_task - counts[i] for i in indices))
-                    if not indices or left <= 0 or progress_bar.out_of_time:
-                        continue
-                    progress_bar.phase(indices)
-                    _tune_tasks([tasks[i] for i in indices], left, per_task, scheduler,
-                                minutes is not None, database, ms_database, progress_bar,
-                                builder, runner)
-            finally:
-                progress_bar.close()
-            # The run-off's runner flushes the caches before each run (_run_off says why).
-            flushing = ms.runner.EvaluatorConfig(number=1, repeat=RUN_OFF_REPEATS,
-                                                 min_repeat_ms=0, enable_cpu_cache_flush=True)
-            racer = (rpc.TrackerRunner(fleet, flushing) if remote else
-                     ms.runner.LocalRunner(timeout_sec=60, evaluator_config=flushing))
-            try:
-                _run_off(tasks, hashes, spec, database, ms_database, builder, racer, progress)
-            finally:
-                if remote:
-                    racer.shutdown()
-        finally:
-            builder.shutdown()
-            if remote:
-                runner.shutdown()
-    stopped_by = ("done" if budget <= 0 else "minutes" if progress_bar.out_of_time
-                  else "trials")
-    report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by,
-                     fleet)
-    run = {"label": label, "trials": report.trials_run, "seconds": report.seconds,
-           "tasks": report.tasks, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    if fleet is not None:
-        run.update(rpc_tracker=tracker.address, rpc_key=tracker.key,
-                   measured_on=report.measured_on, measured_again=report.measured_again)
-    database.add_run(run)
-    return report
-
-
-def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, timed: bool,
-                database: TuningDatabase, ms_database, progress_bar: _Progress, builder,
-                runner) -> None:
-    """One MetaSchedule run over ``tasks``: ``budget`` trials in all, at most ``per_task``
-    each (None: no limit), batches chosen by MetaSchedule's task ``scheduler``; ``timed``: a
-    time budget is checked between batches (ending the run with _OutOfTime), so batches are
-    smaller. Round robin records each batch as it is measured; the gradient scheduler records
-    nothing, and so cannot stop for time, until each task has had its first batch (with 8
-    trials a batch, a minute for 7 kernels). Built by ``builder`` and measured by ``runner``
-    (here, or on RPC servers)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    per_batch = max(1, min(64 if not timed else 8, per_task or budget, budget // len(tasks)))
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, str(database.directory), strategy=ms.search_strategy.EvolutionarySearch(
-            population_size=min(512, max(64, 8 * per_batch)),
-            init_min_unmeasured=min(50, max(8, 2 * per_batch))),
-        num_threads=cpu_count())
-    try:
-        # Each run sets MetaSchedule's logging up again, its console at the logger's level.
-        with _quiet_meta_schedule():
-            ms.tune_tasks(
-                tasks=contexts, task_weights=weights, work_dir=str(database.directory),
-                max_trials_global=budget, max_trials_per_task=per_task or budget,
-                num_trials_per_iter=per_batch, builder=builder, runner=runner,
-                database=ms_database, measure_callbacks=[
-                    *ms.MeasureCallback.create("default"), progress_bar.callback()],
-                task_scheduler=scheduler)
-    except Exception:  # TVM's FFI may hand _OutOfTime back as its own error type
-        if isinstance(runner, rpc.TrackerRunner) and runner.fleet.error is not None:
-            raise runner.fleet.error from None
-        if not progress_bar.out_of_time:
-            raise
-
-
-def _time_default_schedules(tasks: list, hashes: list[str], untimed: dict[str, str],
-                            spec: TargetSpec, database: TuningDatabase, builder, runner,
-                            progress: bool) -> None:
-    """Measures the kernels of ``untimed`` (hash -> digest of its default schedule) as the
-    target's default schedules make them (what a compile gives a kernel where no record is
-    faster), with the builder and runner that measure the candidates, and keeps the seconds
-    and digests in ``database``: a record applies only where it beats them
-    (TuningDatabase.records). A kernel whose default fails to build or run gets None."""
-    from tvm.s_tir import meta_schedule as ms
-
-    todo = [(task, h) for task, h in zip(tasks, hashes) if h in untimed]
-    if not todo:
-        return
-    target = spec.tvm_target()
-    kernels = [_default_scheduled_copy(task.dispatched[0], spec) for task, _h in todo]
-    seconds = dict.fromkeys((h for _task, h in todo), None)
-    with tqdm.tqdm(total=len(todo), desc="building the default schedules", unit="kernel",
-                   disable=not progress) as bar:
-        built = builder.build([ms.builder.BuilderInput(k, target) for k in kernels])
-        bar.set_description("timing the default schedules")
-        # One at a time: LocalRunner measures every input it is given before it returns.
-        for (_task, h), kernel, b in zip(todo, kernels, built):
-            if b.error_msg is None:
-                [future] = runner.run([ms.runner.RunnerInput(
-                    b.artifact_path, spec.device_kind,
-                    ms.arg_info.ArgInfo.from_entry_func(kernel, remove_preproc=True))])
-                result = future.result()
-                ms.utils.remove_build_dir(b.artifact_path)
-                if result.error_msg is None and result.run_secs:
-                    seconds[h] = _run_seconds([float(s) for s in result.run_secs])
-            bar.update()
-    database.add_default_seconds(seconds, {h: untimed[h] for h in seconds})
-
-
-def _run_off(tasks: list, hashes: list[str], spec: TargetSpec, database: TuningDatabase,
-             ms_database, builder, runner, progress: bool) -> None:
-    """Measures each kernel's best record and its default schedule again, side by side, as
-    a model runs them: RUN_OFF_ROUNDS rounds, each schedule once a round, in turns, with
-    ``runner`` flushing the caches of all but the first argument (the weights, the output)
-    before each of its RUN_OFF_REPEATS runs; each keeps its median run as its time, and the
-    record applies only if it was faster in every round (by chance, with the two alike, 1 in
-    2^RUN_OFF_ROUNDS): the default schedule is what an untuned build runs. Tuning
-    times the default once and each candidate later, each many times over in a row, with its
-    weights in the caches. In a model, a kernel's weights come from memory (the model's do
-    not fit the caches), and timed apart the two were compared across the machine's slow
-    spells: a record could beat its default there and run slower in the model. On a 2-core
-    AMD EPYC VM, BERT-base's tuned build ran 114.8 ms against 113.0 untuned (2 of its
-    matmuls 2.88 ms against 2.78, 0.74 against 0.70); in another run 122.4 against 118.4,
-    and after the run-off 117.9 (13 of 30 kernels from records, 17 before); ResNet-50 43.1,
-    after the run-off 43.0, untuned 43.9 (7 of 28 from records, 19 before); the three builds
-    of each in one process, in turns. Kernels that ran off already (and have
-    found no faster record since) are not measured again, nor those under RUN_OFF_MIN_S."""
-    from tvm.s_tir import meta_schedule as ms
-
-    unraced = set(database.unraced(hashes))
-    todo = [(task, h) for task, h in zip(tasks, hashes) if h in unraced]
-    if not todo:
-        return
-    target, recorded = spec.tvm_target(), database.measurements()
-    pairs = []  # per kernel: its best record's schedule, its default schedule
-    for task, _h in todo:
-        workload = task.dispatched[0]
-        [record] = ms_database.get_top_k(ms_database.commit_workload(workload), 1)
-        tuned = tvm.s_tir.Schedule(workload)
-        record.trace.apply_to_schedule(tuned, remove_postproc=False)
-        pairs.append((tuned.mod, _default_scheduled_copy(workload, spec)))
-    results = {}
-    with tqdm.tqdm(total=len(todo), desc="running the best records off against the default "
-                   "schedules", unit="kernel", disable=not progress) as bar:
-        built = builder.build([ms.builder.BuilderInput(kernel, target)
-                               for pair in pairs for kernel in pair])
-        for (_task, h), pair, both in zip(todo, pairs, zip(built[::2], built[1::2])):
-            if all(b.error_msg is None for b in both):
-                times: list[list[list[float]]] = [[], []]  # per schedule, per round
-                for _round in range(RUN_OFF_ROUNDS):
-                    for kernel, b, rounds in zip(pair, both, times):
-                        # One at a time (an RPC runner would measure a list at once).
-                        [future] = runner.run([ms.runner.RunnerInput(
-                            b.artifact_path, spec.device_kind,
-                            ms.arg_info.ArgInfo.from_entry_func(kernel, remove_preproc=True))])
-                        result = future.result()
-                        if result.error_msg is None and result.run_secs:
-                            rounds.append([float(s) for s in result.run_secs])
-                # A schedule that failed to run leaves the two as they were.
-                if all(len(rounds) == RUN_OFF_ROUNDS for rounds in times):
-                    won = all(np.median(tuned_runs) < np.median(default_runs)
-                              for tuned_runs, default_runs in zip(*times))
-                    results[h] = (recorded[h][1], *(float(np.median(np.concatenate(rounds)))
-                                                    for rounds in times), won)
-            for b in both:
-                if b.error_msg is None:
-                    ms.utils.remove_build_dir(b.artifact_path)
-            bar.update()
-    database.add_run_offs(results)
-
-
-def _scheduled_already(task) -> bool:
-    """Whether the task's kernel came scheduled (targets.amx's AMX kernels): nothing to tune."""
-    return any(isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None
-               and bool(func.attrs.get("tirx.is_scheduled", False))
-               for func in task.dispatched[0].functions.values())
-
-
-def _by_arithmetic(tasks: list) -> list:
-    """The tasks, heaviest first (calls x floating-point operations)."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    return sorted(tasks, key=lambda t: -estimate_tir_flops(t.dispatched[0]) * t.weight)
-
-
-def _heavy_count(tasks: list, share: float = 0.995) -> int:
-    """How many of ``tasks`` (heaviest first) do ``share`` of the model's arithmetic: the rest
-    (a pool, a transpose, a concatenation) has little to gain past its first trials."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    flops = [estimate_tir_flops(t.dispatched[0]) * t.weight for t in tasks]
-    total, done = sum(flops), 0.0
-    for count, task_flops in enumerate(flops):
-        if count and done >= share * total:
-            return count
-        done += task_flops
-    return len(tasks)
-
-
-def _report(spec, database, tasks, hashes, trials_run, started, stopped_by,
-            fleet: rpc.Fleet | None) -> TuningReport:
-    recorded, kept = database.measurements(), database.outclassed()
-    found = [recorded.get(h, (0, None)) for h in hashes]
-    best = [task.weight * s for task, s in zip(tasks, database.compiled_seconds(hashes))
-            if s is not None]
-    return TuningReport(spec.name, database.directory, len(tasks), trials_run,
-                        sum(count for count, _ in found), time.monotonic() - started,
-                        sum(best) if best else None, stopped_by,
-                        measured_on=dict(fleet.measured) if fleet else {},
-                        measured_again=fleet.measured_again if fleet else 0,
-                        defaults_kept=sum(h in kept for h in hashes))
-
-
-@contextlib.contextmanager
-def _quiet_meta_schedule():
-    """MetaSchedule prints every task table to the console; keep warnings there (its full
-    logs still go to the database's logs/ directory). Its logging set-up also fails on a
-    handler without a name (pytest's log capture adds some), so those step aside meanwhile."""
-    logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    level, unnamed = logger.level, [h for h in logger.handlers if h.get_name() is None]
-    logger.setLevel(logging.WARNING)
-    for handler in unnamed:
-        logger.removeHandler(handler)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-        for handler in unnamed:
-            logger.addHandler(handler)
-
-
-class _OutOfTime(Exception):
-    """Raised from a measure callback to end a MetaSchedule run when its time is up."""
-
-
-class _Progress:
-    """A tqdm bar over the trials: kernels done in this phase, the model's best kernel time so
-    far (calls x the better of the best record and the default schedule, summed over measured
-    kernels), the RPC servers measuring (those that measured and were not lost since), and the
-    time left of a minutes budget. Ends the run (raising _OutOfTime) once that time is up."""
-
-    def __init__(self, tasks, best, total, deadline, description, enabled, fleet=None):
-        """``best``: each task's time so far, as a compile would build it."""
-        self.weights = [t.weight for t in tasks]
-        self.best = list(best)
-        self.indices = list(range(len(tasks)))  # the phase's tasks, by MetaSchedule's task id
-        self.deadline = deadline
-        self.fleet = fleet
-        self.trials = 0
-        self.out_of_time = False
-        self.bar = tqdm.tqdm(total=total, desc=description, unit="trial", disable=not enabled)
-
-    def phase(self, indices: list[int]) -> None:
-        self.indices = indices
-
-    def callback(self):
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-
-        progress = self
-
-        @derived_object
-        class ProgressCallback(PyMeasureCallback):
-            def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
-                      runner_results):
-                progress.update(task_scheduler, task_id, runner_results)
-
-        return ProgressCallback()
-
-    def update(self, scheduler, task_id: int, runner_results) -> None:
-        for result in runner_results:
-            if result.error_msg is None and result.run_secs:
-                seconds = sum(float(s) for s in result.run_secs) / len(result.run_secs)
-                task = self.indices[task_id]
-                if self.best[task] is None or seconds < self.best[task]:
-                    self.best[task] = seconds
-        self.trials += len(runner_results)
-        records = scheduler.tasks_
-        measured = [w * b for w, b in zip(self.weights, self.best) if b is not None]
-        postfix = {"kernels done": f"{sum(bool(r.is_terminated) for r in records)}/{len(records)}",
-                   "best": f"{sum(measured) * 1e3:.3f} ms" if measured else "-"}
-        if self.fleet is not None:
-            postfix["servers"] = self.fleet.in_use()
-        if self.deadline is not None:
-            postfix["left"] = f"{max(0.0, self.deadline - time.monotonic()) / 60:.1f} min"
-        self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(len(runner_results))
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            # The batch is in the database already (the default callbacks come first). Ending
-            # the tasks here instead would fail the gradient scheduler's check that the task
-            # it is about to return was not ended.
-            self.out_of_time = True
-            raise _OutOfTime
-
-    def close(self) -> None:
-        self.bar.close()
