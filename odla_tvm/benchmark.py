@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 import targets
-from targets.runner import cache_dir as default_cache_dir
+from toolchain import cache_dir as default_cache_dir
 
 from .computation import (
     create_argument,

@@ -6,15 +6,12 @@ where it has one."""
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tvm
 from tvm_ffi import libinfo as tvm_ffi_libinfo
-
-from toolchain import ToolchainMissing
 
 from .specs import TargetSpec, cpu_count
 
@@ -28,15 +25,8 @@ _SOURCE_FORMATS = ("c", "cc", "cpp", "cu")
 def linker(spec: TargetSpec):
     """The function that links a shared library for ``spec``'s machine: None for TVM's
     default, the host's C++ compiler."""
-    if spec.cross_compiler is None:
-        return None
-    if shutil.which(spec.cross_compiler) is None:
-        raise ToolchainMissing(
-            f"{spec.cross_compiler} is not installed, so nothing can be linked for {spec.name}; "
-            f"install it with: apt-get install {' '.join(spec.debian_packages)} "
-            "(or run scripts/setup-cross.sh)"
-        )
-    return tvm.support.cc.cross_compiler(spec.cross_compiler)
+    cross = spec.installed_cross_compiler()
+    return None if cross is None else tvm.support.cc.cross_compiler(cross)
 
 
 def _pack_imports(module: tvm.runtime.Module, workspace_dir: str) -> str:

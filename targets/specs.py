@@ -6,11 +6,14 @@ import ctypes
 import json
 import os
 import platform
+import shutil
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 
 import tvm
 import tvm_ffi
+
+from toolchain import ToolchainMissing
 
 from .amx import AMX_PERMISSION_SYSCALL
 from .layouts import CPU_LAYOUTS
@@ -76,6 +79,17 @@ class TargetSpec:
     def key(self) -> str:
         """Identity of the generated code: a module built for one key runs only on that key."""
         return self._key
+
+    def installed_cross_compiler(self) -> str | None:
+        """The cross compiler that builds for the target's machine on this host (None: the
+        host's own compiler builds for it); ToolchainMissing, saying how to get it, where it is
+        not installed."""
+        if self.cross_compiler is not None and shutil.which(self.cross_compiler) is None:
+            raise ToolchainMissing(
+                f"{self.cross_compiler} is not installed, so nothing can be built for "
+                f"{self.name}; install it with: apt-get install {' '.join(self.debian_packages)} "
+                "(or run scripts/setup-cross.sh)")
+        return self.cross_compiler
 
     def runs_code_of(self, key: str) -> bool:
         """Whether code built for target ``key`` runs here: the same TVM target, with or

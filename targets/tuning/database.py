@@ -18,8 +18,9 @@ from typing import Iterable
 import tvm
 import tvm_ffi
 
+from toolchain import cache_dir as default_cache_dir
+
 from ..compiler import codegen, default_scheduled
-from ..runner import cache_dir as default_cache_dir
 from ..specs import TargetSpec
 
 log = logging.getLogger(__name__)
