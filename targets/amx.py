@@ -59,7 +59,7 @@ from tvm import relax, s_tir, te, tirx
 from tvm.script import tirx as T
 from tvm.target.codegen import target_has_features
 
-from relay_bridge import computed_constant, constant_view
+from toolchain.relax_ir import computed_constant, constant_view
 
 from .cpu_schedules import RULE_ATTR
 from .layouts import op_name, rewrite_functions, static_dims
