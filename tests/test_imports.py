@@ -1,6 +1,6 @@
-"""The import graph follows DESIGN.md's layers: no cycle among the project's modules (imports
-inside functions count) and no import the layers forbid, checked as scripts/import_graph.py
-checks it."""
+"""The import graph follows the layers of docs/architecture.md: no cycle among the project's
+modules (imports inside functions count) and no import the layers forbid, checked as
+scripts/import_graph.py checks it."""
 
 import importlib.util
 import subprocess
@@ -56,6 +56,16 @@ def test_the_bridge_importing_targets_is_forbidden(tmp_path):
         "forbidden import: relay_bridge.custom -> targets",
         "forbidden import: relay_bridge.custom -> targets.plugins",
     ]
+
+
+def test_targets_importing_the_bridge_is_forbidden(tmp_path):
+    root = _tree(tmp_path, {
+        "odla_tvm/__init__.py": "",
+        "relay_bridge/__init__.py": "",
+        "targets/__init__.py": "",
+        "targets/layouts.py": "import relay_bridge\n",
+    })
+    assert import_graph.violations(root) == ["forbidden import: targets.layouts -> relay_bridge"]
 
 
 _TORCH_AFTER_ODLA = """
