@@ -74,14 +74,14 @@ def device_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor:
 
 
 # The FFI functions behind an Array's len() and [i], called directly: Array.__getitem__ asks
-# for the length first and goes through a Python helper, which takes ~1 µs per output.
+# for the length first and goes through a Python helper, slow on every output.
 _array_size = tvm_ffi.get_global_func("ffi.ArraySize")
 _array_item = tvm_ffi.get_global_func("ffi.ArrayGetItem")
 
 
 def host_array(tensor: tvm.runtime.Tensor) -> np.ndarray:
     """A NumPy copy of a TVM tensor (a copy: a result may alias an input or a constant). Through
-    DLPack on the CPU, ~15x faster than Tensor.numpy() for small tensors."""
+    DLPack on the CPU, much quicker than Tensor.numpy() for small tensors."""
     try:
         return np.from_dlpack(tensor).copy()
     except (RuntimeError, TypeError, BufferError):
@@ -116,8 +116,7 @@ def _call_timer(on_call):
 def release_freed_memory() -> None:
     """Hands the free pages of the heap back to the system (glibc's malloc_trim; nothing
     elsewhere). glibc keeps what a compile frees, its passes' copies of the weights among it,
-    for the process's whole life: pure-TVM BERT-base's first load left 717 MB of heap, 33 MB
-    once trimmed, the mapped weights it then ran from counted beside it."""
+    for the process's whole life."""
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
@@ -156,13 +155,13 @@ class CompiledModule:
         self.library = library
         self.weights = weights or []
         # Per weight, the .npy file holding it whole where the compile wrote it to one
-        # (see compile_module), else None; none once it runs from a library and its weights.
+        # (see targets.compiler), else None; none once it runs from a library and its weights.
         self.weight_paths: list = [None] * len(self.weights)
         self._weight_tensors: list[tvm.runtime.Tensor] = []  # made with the VM, then kept:
         # a vendor region packs a weight once, keyed on its address
         # External functions main calls: vendor plugins' regions and custom ops' C functions.
         self.vendor_regions = vendor_regions or []
-        # kernel name -> the graph bindings it computes, in call order (see compile_module)
+        # kernel name -> the graph bindings it computes, in call order (compiler.kernel_recorder)
         self.kernel_bindings = kernel_bindings or {}
         self.tuned_kernels = tuned_kernels or []  # kernels scheduled by tuning records
         self.spec = spec
@@ -204,8 +203,7 @@ class CompiledModule:
         and ``weights`` (the same values, kept elsewhere) instead of the build in hand, which
         it lets go; before the first run only, as a vendor region packs a weight once per
         address. Loading the code is quicker than its first run in memory, where TVM
-        compiles the kernels' LLVM code again (pure-TVM ResNet-50: 1.4 s) and the vendor
-        parts are linked again."""
+        compiles the kernels' LLVM code again and the vendor parts are linked again."""
         if self._vm is not None:
             raise RuntimeError("a module's library and weights are replaced before its first "
                                "run only")
@@ -228,7 +226,7 @@ class CompiledModule:
         """Runs ``main``. ``on_call(kernel_name, start_s, duration_s)``, when given, is told of
         every kernel and runtime builtin the VM calls (perf_counter times)."""
         main = self._main or self._entry()
-        # Plain loops: a comprehension costs ~0.5 µs more here, a tenth of a tiny model's run.
+        # Plain loops: a comprehension costs more here, on every run of a tiny model.
         with self._lock:
             tensors = []
             for slot, array in enumerate(inputs):

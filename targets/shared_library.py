@@ -32,8 +32,7 @@ def linker(spec: TargetSpec):
 def _pack_imports(module: tvm.runtime.Module, workspace_dir: str) -> str:
     """export_library's fpack_imports: the packed modules (TVM's serialization, weights and
     all) written to a file that an assembly source includes. TVM's own packer makes them an
-    LLVM constant, holding the weights three or four times over at once (BERT-base: 1.6 GB
-    more at export)."""
+    LLVM constant, holding the weights three or four times over at once."""
     blob = _pack_to_tensor(module)
     data_path = os.path.join(workspace_dir, "library_bin.bin")
     with open(data_path, "wb") as f:

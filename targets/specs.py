@@ -98,7 +98,7 @@ class TargetSpec:
 
     @cached_property
     def _key(self) -> str:
-        key = str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs
+        key = str(self.tvm_target())  # cached: every launch asks, and a TVM Target is slow to make
         if not self.plugins:
             return key
         return f"{key} plugins={','.join(self.plugins)}" + \

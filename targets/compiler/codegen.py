@@ -1,24 +1,12 @@
-"""A lowered module's machine code, made and written on every core.
+"""A lowered module's machine code, built on every core: TVM's relax.build builds all of a
+module's kernels as one LLVM module on one thread; here they are built in a few groups (not
+one per kernel: a library run in memory is compiled again by LLVM's JIT, one instance per
+library), in a pool of threads, beside the VM's own code generation.
 
-TVM's relax.build builds all of a module's kernels as one LLVM module, and export_library
-writes its modules' objects one after another: both on one thread, while the work is kernel
-by kernel (pure-TVM ResNet-50 on two cores: 2.2 s of TIR passes and LLVM code, 1.0 s of
-object code, its four Winograd kernels 0.3 s each). Here the kernels are built in a few
-groups, in a pool of threads (TVM lets the GIL go in its calls), beside the VM's own code
-generation, and the objects are written in a pool too; the libraries are the same kernels,
-linked into one shared library as TVM's are. A few groups, not one per kernel: a library run
-in memory is compiled again, by LLVM's JIT, one instance per library (pure-TVM DenseNet-121,
-a library per kernel: 110 MB more and 1.2 s slower to its first run).
-
-CPU kernels compile through TVM's default TIR pipeline with two passes more. Before it, their
-guarded vector loops run their whole vectors unguarded (targets.vector_tails). Before the
-host's finalizing passes, their register tiles stay on the stack, which LLVM turns into
-registers: TVM's lowering gives a local buffer of 1 KB or more (a matmul's tile of 8 rows by 3
-vectors of 16 accumulators: 1.5 KB) memory from its workspace pool, a call to take and one to
-give back for every tile, and the tile lives in that memory. On a 2-core AMD EPYC, pure-TVM
-builds before and after, alternated in one process (medians): ResNet-50 34.1 -> 31.4 ms,
-MobileNetV2 4.55 -> 3.70, BERT-base 116.8 -> 110.8, GPT-2 57.4 -> 55.3, ViT-B/16 197.6 -> 191.5;
-ViT's 197 x 768 by 3072 matmul alone 4.33 -> 4.14.
+CPU kernels compile through TVM's default TIR pipeline with two passes more: their guarded
+vector loops run whole vectors unguarded (targets.vector_tails), and their register tiles stay
+on the stack, which LLVM turns into registers, where TVM's lowering takes a local buffer of
+1 KB or more from its workspace pool for every tile.
 """
 from __future__ import annotations
 

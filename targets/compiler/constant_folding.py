@@ -72,8 +72,8 @@ class _ReplaceCalls(relax.expr_functor.PyExprMutator):
 
 
 # LLVM without its optimizations: folding kernels run once, on weights, so optimizing them
-# costs more than it saves (resnet50: 0.2 s); the same values (resnet50's outputs are
-# bit-identical), the kernels being data movement and products LLVM does not reorder.
+# costs more than it saves; the same values, the kernels being data movement and products
+# LLVM does not reorder.
 _FOLD_TARGET = tvm.target.Target({"kind": "llvm", "opt-level": 0})
 
 
@@ -101,8 +101,7 @@ def _numpy_layout(kernel: tvm.tirx.PrimFunc, copy=WeightFiles.copy_plain):
     whole, or split into an outer and an inner part), a function (in, out) doing it with
     NumPy, a reshape and a transpose, through ``copy`` (out, value, read, the axis of out
     that is read's leading one: WeightFiles.copy where its results go to files); else
-    None. Built and run by LLVM unoptimized instead, pure-TVM ResNet-50's 23 took 0.3 s to
-    build and 0.4 s to run."""
+    None (built and run by LLVM instead, slower)."""
     realizes, loops = [], {}
     tvm_ffi.structural_walk(kernel.body, [
         (tvm.s_tir.SBlockRealize, realizes.append),
@@ -161,11 +160,10 @@ def fold_constants(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 def fold_kernel_calls(mod: tvm.IRModule, weight_files: WeightFiles | None = None) -> tvm.IRModule:
     """relax.transform.FoldConstant, with the kernels that compute constants from constants
     (weights laid out for the kernels: a transpose per convolution, a layout per prepacked
-    kernel) built together in one LLVM module, rather than one each (resnet50: 7 s of 9), a
-    chain of them (a reshape, then a product) in one build rather than one per link. Same
-    kernels as FoldConstant's, for its "llvm" target at opt-level 0 (_FOLD_TARGET). A kernel
-    that only ever computed constants leaves the module: compiled for nothing, the weight
-    layouts of pure-TVM ResNet-50 (23 of its 51 kernels) took 45% of its code generation.
+    kernel) built together in one LLVM module, rather than one each, a chain of them (a
+    reshape, then a product) in one build rather than one per link. Same kernels as
+    FoldConstant's, for its "llvm" target at opt-level 0 (_FOLD_TARGET). A kernel that only
+    ever computed constants leaves the module, rather than being compiled for nothing.
     With ``weight_files``, the large results are written to files there as they are made."""
     folded = set()
     for _ in range(16):  # rounds: a folded result may reach a kernel through other relax ops

@@ -213,7 +213,7 @@ def _compile(mod: tvm.IRModule, spec: TargetSpec, database, plugin_items,
     ``schedule`` is False or nothing schedules it, else TVM's generic build (whose constants
     stay in the library: its pipeline folds them yet). Kernels whose default schedules fail
     to build are built again unscheduled, the others keeping theirs (one such kernel made
-    the whole module TVM's generic build, tens of times slower)."""
+    the whole module TVM's generic build)."""
     target = spec.tvm_target()
     with tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
         scheduled = _scheduled(mod, spec, database, plugin_items, weight_files, unscheduled) \

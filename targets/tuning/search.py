@@ -132,10 +132,9 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
     if not tasks or (budget <= 0 and not untimed and not database.unraced(hashes)):
         return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
     # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
-    # core, unvectorized (resnet50's smallest 1x1 convolution so took longer than all its
-    # tuned ones). Then the kernels doing most of the arithmetic share the rest, each batch
-    # going where the model's time has been falling fastest (MetaSchedule's gradient
-    # scheduler): in turn, squeezenet's classifier, 29% of its time, got 48 of 757 trials.
+    # core, unvectorized. Then the kernels doing most of the arithmetic share the rest, each
+    # batch going where the model's time has been falling fastest (MetaSchedule's gradient
+    # scheduler), not in turn.
     phases = [([i for i, count in enumerate(counts) if count < FIRST_TRIALS], FIRST_TRIALS,
                "round-robin"),
               (list(range(_heavy_count(tasks))), None, "gradient")]
@@ -203,9 +202,8 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
     each (None: no limit), batches chosen by MetaSchedule's task ``scheduler``; ``timed``: a
     time budget is checked between batches (ending the run with OutOfTime), so batches are
     smaller. Round robin records each batch as it is measured; the gradient scheduler records
-    nothing, and so cannot stop for time, until each task has had its first batch (with 8
-    trials a batch, a minute for 7 kernels). Built by ``builder`` and measured by ``runner``
-    (here, or on RPC servers)."""
+    nothing, and so cannot stop for time, until each task has had its first batch. Built by
+    ``builder`` and measured by ``runner`` (here, or on RPC servers)."""
     from tvm.s_tir import meta_schedule as ms
 
     per_batch = max(1, min(64 if not timed else 8, per_task or budget, budget // len(tasks)))
