@@ -1,6 +1,6 @@
 """The Python-free programs: TVM's C++ runtime for a target's machine, odla_runner built
-against it (source: runner/odla_runner.cc), and odla_rpc_server, the RPC server a board runs
-for tuning through a tracker (runner/odla_rpc_server.cc)."""
+against it (source: odla_runner.cc, beside this file), and odla_rpc_server, the RPC server a
+board runs for tuning through a tracker (odla_rpc_server.cc)."""
 
 from __future__ import annotations
 
