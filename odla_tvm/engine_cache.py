@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import targets
-from targets.runner import cache_dir as default_cache_dir
+from toolchain import cache_dir as default_cache_dir
 
 from .device import Device, checked_device
 from . import bundle

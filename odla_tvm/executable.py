@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+import relay_bridge  # noqa: F401  registers the odla_tvm.check_* functions modules call
 import targets
 
 from . import profiler

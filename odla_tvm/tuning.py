@@ -105,7 +105,8 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     that TVM tracker under that key, at once (candidates are still built here); the way to
     tune a board (aarch64-linux) or another machine's CPU (llvm:MCPU:CORES, or its spec file). A
     server lost during the run is done without, and what it was measuring is measured again
-    on the others; with no free server after targets.rpc.SERVER_WAIT_S, OdlaError (TIMEOUT)."""
+    on the others; with no free server after targets.tuning.rpc.SERVER_WAIT_S, OdlaError
+    (TIMEOUT)."""
     _budget(trials, minutes)
     if keep_best is not None:
         check_count(keep_best, 1, "keep_best")

@@ -4,14 +4,13 @@ The ODLA layer hands operands as opaque handles (Relax expressions) and plain at
 this package knows nothing of devices, targets or files.
 """
 
-import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
+# First: importing toolchain loads TVM with torch hidden (toolchain.load_tvm).
+from toolchain.relax_ir import computed_constant, constant_view, op_names
 
-from .composites import op_names
 from .custom_ops import register_custom_op
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
-from .graph import (DYNAMIC_DIM, GraphBuilder, computed_constant, constant, constant_view, dtype_of,
-                    shape_of)
+from .graph import DYNAMIC_DIM, GraphBuilder, constant, dtype_of, shape_of
 from .kernels import is_check_call
 from .precision import PRECISIONS, reduce_precision
 from .registry import register, registered_ops

@@ -17,6 +17,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
+from toolchain.relax_ir import op_names
+
 _SQRT2 = math.sqrt(2.0)
 _TANH_SCALE = math.sqrt(2.0 / math.pi)
 
@@ -133,18 +135,6 @@ def fold_pads(func: relax.Function) -> relax.Function:
     """``func`` with each zero spatial Pad feeding a 2-d convolution folded into its padding
     (a pad that other ops also read stays for them)."""
     return relax.dpl.rewrite_call(*_conv_of_pad(), func)
-
-
-def op_names(func: relax.Function) -> set[str]:
-    """Names of the relax ops ``func`` calls."""
-    names = set()
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.add(expr.op.name)
-
-    relax.analysis.post_order_visit(func, visit)
-    return names
 
 
 @relax.expr_functor.mutator

@@ -6,6 +6,8 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from toolchain.relax_ir import computed_constant
+
 from . import composites, emitters  # noqa: F401  (emitters: registers every emitter)
 from .errors import LoweringError
 from .registry import EMITTERS
@@ -21,38 +23,6 @@ def shape_of(expr: relax.Expr) -> tuple[int, ...]:
     return tuple(
         int(d) if isinstance(d, tirx.IntImm) else DYNAMIC_DIM for d in ty.shape.values
     )
-
-
-def _view(tensor) -> np.ndarray | None:
-    """A NumPy view of a TVM tensor's memory (None for a dtype NumPy lacks, bfloat16: NumPy
-    2.4 says so with a RuntimeError)."""
-    try:
-        return np.from_dlpack(tensor)
-    except (TypeError, ValueError, BufferError, RuntimeError):
-        return None
-
-
-def constant_view(handle) -> np.ndarray | None:
-    """A read-only NumPy view of a constant's data (None for a dtype NumPy lacks, bfloat16)."""
-    view = _view(handle.value)
-    if view is not None:
-        view.flags.writeable = False
-    return view
-
-
-def computed_constant(shape, dtype: str, write) -> relax.Constant:
-    """A Relax constant whose data ``write(out)`` puts in ``out``, a NumPy view of the
-    constant's own memory: a result computed in place, never copied (folded weights are large,
-    and copies of them cost memory and compile time)."""
-    tensor = tvm.runtime.empty(tuple(shape), dtype)
-    out = _view(tensor)
-    if out is None:  # bfloat16: computed beside, then copied in
-        out = tensor.numpy()
-        write(out)
-        tensor.copyfrom(out)
-    else:
-        write(out)
-    return relax.const(tensor)
 
 
 def constant(array: np.ndarray) -> relax.Constant:

@@ -1,8 +1,8 @@
 """Targets: what each device compiles to, and compiling and running for it."""
 
-import toolchain  # noqa: F401  first: it loads TVM with torch hidden (toolchain.load_tvm)
+from toolchain import ToolchainMissing  # first: toolchain loads TVM with torch hidden
 
-from .registry import (
+from .specs import (
     TargetSpec,
     available_targets,
     cpu_count,
@@ -23,10 +23,10 @@ from .plugins import (
     get_plugin,
     register_plugin,
 )
-from .rpc import Tracker, TrackerError
+from .tuning.rpc import Tracker, TrackerError
 from .runner import RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries
-from .runtime import (CompiledModule, ToolchainMissing, allocate, compile_module,
-                      release_freed_memory)
+from .runtime import CompiledModule, allocate, release_freed_memory
+from .compiler import compile_module
 from .training_runtime import DeviceFunctions
 from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
 from .weights import WeightFiles

@@ -2,7 +2,7 @@
 
 Compiled in, a model's constants are part of the library: storing it writes them into the
 shared object, and loading it copies them out of the mapped file into TVM tensors and again
-into the VM's constant pool (light VGG-19's 550 MB: 1.55 s and the weights held three times).
+into the VM's constant pool, the weights held three times.
 So, once every compile-time fold has run, ``main``'s large constants become trailing
 parameters of ``main``; the compiled module keeps their arrays and passes them on every call,
 and a bundle keeps them as .npy files that load memory-mapped (see odla_tvm.bundle).
@@ -100,9 +100,8 @@ class WeightFiles:
     """Weights a compile computes from constants (a weight transposed, Winograd's taps, a
     layout a kernel prepacks), each written to a .npy file in ``directory`` as it is made and
     dropped from the process's memory once written: a shared file mapping, whose pages the
-    page cache keeps and a kernel maps again when it reads them. Pure-TVM BERT-base's 340 MB
-    of packed matmul weights were held beside the originals they were packed from (1053 MB at
-    its peak against onnxruntime's 566). Whoever keeps the compiled module and its weights
+    page cache keeps and a kernel maps again when it reads them, rather than held beside the
+    originals they were made from. Whoever keeps the compiled module and its weights
     (the engine cache) links these files rather than writing the weights again
     (``file_of``). The mappings live as long as this does, so no other array takes one's
     address meanwhile."""
@@ -155,9 +154,7 @@ class WeightFiles:
         ``empty`` made it too), so neither is ever resident whole. Slabs go along out's
         leading axis, or where read is a file, along ``read_axis`` (the axis of out that is
         read's leading one), reading it a contiguous part at a time: a page read maps its
-        neighbours too, and a slab reading a column of a file would map all of it. Light
-        VGG-19's first fully connected weight (411 MB) was held three times over while it was
-        transposed, then packed (its first load peaked at 1.7 GB, onnxruntime's at 0.94)."""
+        neighbours too, and a slab reading a column of a file would map all of it."""
         if self._found(out) is None:
             self.copy_plain(out, value)
             return

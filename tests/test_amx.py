@@ -20,8 +20,8 @@ from tvm.target.codegen import llvm_lookup_intrinsic_id
 import targets
 from targets.cpu import amx
 from targets.cpu.amx import kernel as amx_kernels, parts as amx_parts, products as amx_rewrite
-from targets.runtime import compile_module, default_scheduled, fused_kernels
-from targets.tuning import _scheduled_already
+from targets.compiler import compile_module, default_scheduled, fused_kernels
+from targets.tuning.search import _scheduled_already
 
 from test_cpu_schedules import const, relax_module
 
@@ -113,7 +113,7 @@ _GUARDED_RUN = textwrap.dedent("""
     import ctypes, mmap, sys
     import numpy as np, tvm
     import targets
-    from targets import codegen
+    from targets.compiler import codegen
     from targets.cpu import amx
     from targets.cpu.amx import parts as amx_parts
 

@@ -1,4 +1,4 @@
-"""Tuning's builder (targets.builder.KeptPoolBuilder): its worker processes serve batch after
+"""Tuning's builder (targets.tuning.builder.KeptPoolBuilder): its worker processes serve batch after
 batch, up to BUILDS_PER_WORKER candidates each, and it reports what LocalBuilder reports."""
 
 import os
@@ -10,8 +10,8 @@ import tvm
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.script import tirx as T
 
-from targets import builder as builder_module
-from targets.builder import KeptPoolBuilder
+from targets.tuning import builder as builder_module
+from targets.tuning.builder import KeptPoolBuilder
 
 
 @T.prim_func

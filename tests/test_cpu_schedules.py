@@ -18,7 +18,9 @@ from odla_tvm import ElementType, ValueType, ops
 from targets.cpu import schedules as cs
 from targets.cpu.schedules import contraction, primitives
 from targets.cpu.layouts import fold_constant_layouts
-from targets.runtime import _kernels, _scheduled, compile_module
+from targets.compiler import compile_module
+from targets.compiler.kernel_recorder import kernel_names
+from targets.compiler.pipeline import _scheduled
 
 from examples.quickstart import build_small_cnn
 
@@ -58,7 +60,7 @@ def rules_of(mod, spec=HOST):
     """Kernel name -> the rule that scheduled it, in the module a default build compiles."""
     with tvm.transform.PassContext(opt_level=3), spec.tvm_target():
         scheduled = _scheduled(mod, spec, None)
-    assert _kernels(scheduled, scheduled=False) == []
+    assert kernel_names(scheduled, scheduled=False) == []
     return {gv.name_hint: str(f.attrs[cs.RULE_ATTR]) for gv, f in scheduled.functions_items()
             if isinstance(f, tvm.tirx.PrimFunc) and cs.RULE_ATTR in f.attrs}
 
@@ -78,14 +80,14 @@ def check(mod, arrays, expected, rule=None, rtol=1e-5, atol=1e-5):
     ``expected``; ``rule``, when given, must have scheduled one of its kernels."""
     if rule is not None:
         assert rule in rules_of(mod).values(), rules_of(mod)
-    warnings, logger = _Warnings(), logging.getLogger("targets.runtime")
+    warnings, logger = _Warnings(), logging.getLogger("targets.compiler.pipeline")
     logger.addHandler(warnings)
     try:
         module = compile_module(mod, HOST)
     finally:
         logger.removeHandler(warnings)
     # Neither the generic build of the whole module nor of some kernels (their schedules
-    # failed to build: runtime._compile builds those unscheduled).
+    # failed to build: compiler.pipeline._compile builds those unscheduled).
     assert not [m for m in warnings.messages if "schedules failed" in m or "fail to build" in m], \
         warnings.messages
     outputs = module.run(arrays)
@@ -102,7 +104,7 @@ def const(array):
 
 def test_vector_lanes_follow_the_targets_features():
     avx2 = targets.get_target("x86-64-avx2").tvm_target()
-    arm = targets.registry.AARCH64_LINUX.tvm_target()
+    arm = targets.specs.AARCH64_LINUX.tvm_target()
     assert cs.vector_lanes(avx2, "float32") == 8 and cs.vector_lanes(avx2, "int64") == 4
     assert cs.vector_lanes(arm, "float32") == 4 and cs.vector_lanes(arm, "float16") == 8
     assert cs.vector_registers(avx2) == 16 and cs.vector_registers(arm) == 32
@@ -315,10 +317,10 @@ def test_matmul_with_constant_weights_bias_and_relu(m, k, n):
 @pytest.mark.parametrize("stack_max", [16 << 10, 1 << 10])
 def test_register_tiles_stay_on_the_stack(monkeypatch, stack_max):
     """A matmul's tile of 8 rows by 3 vectors of 16 accumulators (1.5 KB): TVM's lowering takes
-    a local buffer of 1 KB or more from its workspace pool, once per tile; targets.codegen
+    a local buffer of 1 KB or more from its workspace pool, once per tile; targets.compiler.codegen
     keeps local buffers up to its line on the stack (LLVM's registers), and the workspace
     takes those above it."""
-    from targets import codegen
+    from targets.compiler import codegen
 
     monkeypatch.setattr(codegen, "_STACK_LOCAL_MAX_BYTES", stack_max)
     x, w = data((128, 64)), data((64, 96))
@@ -1038,7 +1040,7 @@ def test_every_kernel_of_a_small_cnn_is_scheduled():
 
 @pytest.mark.parametrize("name", ["x86-64-avx2", "aarch64-linux"])
 def test_cross_targets_schedule_every_kernel_too(name):
-    spec = targets.get_target(name) if name != "aarch64-linux" else targets.registry.AARCH64_LINUX
+    spec = targets.get_target(name) if name != "aarch64-linux" else targets.specs.AARCH64_LINUX
     mod, _ = transformer_block(seq=8, width=32, heads=2)
     assert "Contraction" in rules_of(mod, spec).values()
     assert "Contraction" in rules_of(build_small_cnn(batch=1).build_module(), spec).values()
@@ -1070,7 +1072,7 @@ def test_a_kernel_whose_schedule_fails_to_build_is_built_unscheduled(monkeypatch
     x, w = data((8, 64)), data((64, 64)) * 0.1
     mod = relax_module({"x": ((8, 64), "float32")},
                        lambda v: relax.op.nn.softmax(relax.op.matmul(v, const(w)), axis=-1))
-    with caplog.at_level(logging.WARNING, logger="targets.runtime"):
+    with caplog.at_level(logging.WARNING, logger="targets.compiler.pipeline"):
         module = compile_module(mod, HOST)
     assert "the default schedules of softmax fail to build" in caplog.text, caplog.text
     assert "default CPU schedules failed" not in caplog.text
@@ -1083,16 +1085,16 @@ def test_a_kernel_whose_schedule_fails_to_build_is_built_unscheduled(monkeypatch
 
 def test_a_module_the_default_schedules_fail_on_compiles_generically(monkeypatch, caplog):
     """A graph pass or the code generator refusing a default build: the generic one instead."""
-    import targets.runtime as runtime
+    import targets.compiler.pipeline as pipeline
 
     @tvm.transform.module_pass(opt_level=0, name="Refuses")
     def refuses(mod, _ctx):
         raise RuntimeError("no schedule for this")
 
-    monkeypatch.setattr(runtime, "default_schedules", lambda: refuses)
+    monkeypatch.setattr(pipeline, "default_schedules", lambda: refuses)
     x = data((4, 8))
     mod = relax_module({"x": ((4, 8), "float32")}, lambda v: relax.op.nn.relu(v))
-    with caplog.at_level(logging.WARNING, logger="targets.runtime"):
+    with caplog.at_level(logging.WARNING, logger="targets.compiler.pipeline"):
         module = compile_module(mod, HOST)
     assert "default CPU schedules failed" in caplog.text and "no schedule for this" in caplog.text
     np.testing.assert_array_equal(module.run([x])[0], np.maximum(x, 0))
@@ -1101,7 +1103,7 @@ def test_a_module_the_default_schedules_fail_on_compiles_generically(monkeypatch
 def test_constant_kernels_fold_as_tvm_folds_them():
     """Weights laid out when compiling (transposes, layouts, chains of them) come out of the
     one-module folding exactly as out of relax's FoldConstant."""
-    from targets.runtime import _fold_constants
+    from targets.compiler.constant_folding import fold_constants
 
     w = data((8, 3, 3, 5))
     mod = relax_module({"x": ((2, 45), "float32")}, lambda v: relax.op.matmul(
@@ -1109,7 +1111,7 @@ def test_constant_kernels_fold_as_tvm_folds_them():
             const(w), relax.const(2.0, "float32")), (3, 1, 2, 0)), (45, 8))))
     with tvm.transform.PassContext(opt_level=3), HOST.tvm_target():
         legal = relax.transform.LegalizeOps()(mod)
-        ours, theirs = _fold_constants(legal), relax.transform.FoldConstant()(legal)
+        ours, theirs = fold_constants(legal), relax.transform.FoldConstant()(legal)
     assert ours["main"].script().count("R.call_tir") == 1  # the matmul; its weight a constant
     tvm.ir.assert_structural_equal(ours["main"], theirs["main"], map_free_vars=True)
 

@@ -1,6 +1,6 @@
-"""The import graph follows DESIGN.md's layers: no cycle among the project's modules (imports
-inside functions count) and no import the layers forbid, checked as scripts/import_graph.py
-checks it."""
+"""The import graph follows the layers of docs/architecture.md: no cycle among the project's
+modules (imports inside functions count) and no import the layers forbid, checked as
+scripts/import_graph.py checks it."""
 
 import importlib.util
 import subprocess
@@ -77,6 +77,17 @@ def test_the_library_importing_tools_is_forbidden_and_tools_importing_it_is_not(
         "forbidden import: odla_tvm.session -> tools.fuzzing",
         "forbidden import: relay_bridge.graph -> examples.train",
     ]
+
+
+def test_targets_importing_the_bridge_is_forbidden(tmp_path):
+    root = _tree(tmp_path, {
+        "odla_tvm/__init__.py": "",
+        "relay_bridge/__init__.py": "",
+        "targets/__init__.py": "",
+        "targets/cpu/__init__.py": "",
+        "targets/cpu/layouts.py": "import relay_bridge\n",
+    })
+    assert import_graph.violations(root) == ["forbidden import: targets.cpu.layouts -> relay_bridge"]
 
 
 _TORCH_AFTER_ODLA = """

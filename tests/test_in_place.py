@@ -9,7 +9,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from targets.cpu import in_place
-from targets.runtime import compile_module
+from targets.compiler import compile_module
 from tests.test_cpu_schedules import HOST, data, relax_module
 
 N, K = 8, 32

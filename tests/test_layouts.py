@@ -17,7 +17,9 @@ import targets
 from odla_tvm.frontends.onnx import import_model
 from targets.cpu.conv_rewrites import conv_rewrites
 from targets.cpu.layouts import CPU_LAYOUTS, layout_passes
-from targets.runtime import _lowering, _numpy_layout, fused_kernels
+from targets.compiler import fused_kernels
+from targets.compiler.constant_folding import _numpy_layout
+from targets.compiler.pipeline import _lowering
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(5)

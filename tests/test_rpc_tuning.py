@@ -27,11 +27,11 @@ from tvm.rpc import base
 
 import odla_tvm as odla
 import targets
-import targets.rpc
+import targets.tuning.rpc
 from odla_tvm import Status
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
-from targets.tuning import _export_shared
+from targets.tuning.builder import export_shared
 
 QEMU = shutil.which("qemu-aarch64-static")
 X = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
@@ -222,7 +222,7 @@ def test_a_server_lost_mid_run_costs_no_record(fleet, tmp_path):
 
 
 def test_no_free_server_ends_after_a_bounded_wait(fleet, tmp_path, monkeypatch):
-    monkeypatch.setattr(targets.rpc, "SERVER_WAIT_S", 1.0)
+    monkeypatch.setattr(targets.tuning.rpc, "SERVER_WAIT_S", 1.0)
     started = time.monotonic()
     with pytest.raises(odla.OdlaError) as err:
         odla.tune(matmul_onnx(tmp_path / "m.onnx"), trials=2, cache_dir=tmp_path,
@@ -414,7 +414,7 @@ def test_candidates_for_a_board_are_linked_here_for_its_architecture():
             b[i] = a[i] + T.float32(1)
 
     spec = targets.get_target("aarch64-linux")
-    path = _export_shared(tvm.compile(add_one, target=spec.tvm_target()), spec.cross_compiler)
+    path = export_shared(tvm.compile(add_one, target=spec.tvm_target()), spec.cross_compiler)
     header = open(path, "rb").read(20)
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # AArch64
 
@@ -440,7 +440,7 @@ def test_a_boards_server_measures_aarch64_candidates(fleet, tmp_path, capsys):
     assert (report.trials_run, report.trials_recorded, report.stopped_by) == (4, 4, "trials")
     # The candidates and the kernel's default schedule, once; then the best record and the
     # default in turns, each RUN_OFF_ROUNDS times (under qemu the kernel takes long enough).
-    sessions = 5 + 2 * targets.tuning.RUN_OFF_ROUNDS
+    sessions = 5 + 2 * targets.tuning.run_off.RUN_OFF_ROUNDS
     assert report.measured_on == {address: sessions} and report.measured_again == 0
     database = targets.find_database(spec, tmp_path)
     assert set(database.metadata()["run_offs"]) == set(database.default_seconds())

@@ -17,7 +17,7 @@ import targets
 from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
 from odla_tvm.device import default_plugin_missing
-from targets.runtime import compile_module
+from targets.compiler import compile_module
 
 from examples.quickstart import build_small_cnn
 
@@ -85,7 +85,7 @@ def test_a_gather_compiles_for_cuda_without_a_gpu():
 
 def test_cnn_compiles_for_aarch64_on_this_machine(cnn):
     mod, _, _ = cnn
-    spec = targets.registry.AARCH64_LINUX
+    spec = targets.specs.AARCH64_LINUX
     module = compile_module(mod, spec)
     assembly = module.library.mod.imports[0].inspect_source("asm")
     assert "fmla" in assembly or "fmul" in assembly  # Arm floating-point instructions
@@ -106,7 +106,7 @@ def test_generic_avx2_code_runs_here_and_matches_the_host(cnn):
 
 
 def test_host_kernels_are_built_in_groups_and_the_library_runs_them_all(tmp_path):
-    """targets.codegen builds a CPU module's kernels in groups (in a pool of threads), the
+    """targets.compiler.codegen builds a CPU module's kernels in groups (in a pool of threads), the
     first group's library importing the others': in memory and once exported and loaded,
     the module runs every kernel and matches NumPy."""
     rng = np.random.default_rng(3)

@@ -26,7 +26,7 @@ from odla_tvm.bench.results import ModelResult, PathResult
 from odla_tvm.bench.timing import call_overhead, latency_in_turns
 from odla_tvm.cli import main as cli
 from odla_tvm.frontends.onnx import import_model
-from targets.tuning import _OutOfTime, _Progress
+from targets.tuning.progress import OutOfTime, Progress
 
 # The tuned model's kernels: the conv-relu, whose schedule reads its weights in its own layout
 # (made when compiling: "prepacked"), and the transposes into and out of NHWC.
@@ -336,9 +336,9 @@ def test_a_time_budget_ends_the_run_after_recording_its_batch():
     class Result:
         error_msg, run_secs = None, [0.002, 0.004]
 
-    progress = _Progress(Scheduler.tasks_, [0.005, 0.0005], None, time.monotonic() - 1,
+    progress = Progress(Scheduler.tasks_, [0.005, 0.0005], None, time.monotonic() - 1,
                          "tuning", False)
-    with pytest.raises(_OutOfTime):
+    with pytest.raises(OutOfTime):
         progress.update(Scheduler(), 0, [Result()])
     assert progress.out_of_time
     assert progress.trials == 1 and progress.best == [0.003, 0.0005]
@@ -503,7 +503,7 @@ def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(
     database = targets.TuningDatabase(targets.host_cpu(), tmp_path)
     run_offs = database.metadata()["run_offs"]
     (kernel,) = [h for h, s in database.default_seconds().items()
-                 if s >= targets.tuning.RUN_OFF_MIN_S]
+                 if s >= targets.tuning.database.RUN_OFF_MIN_S]
     assert set(run_offs) == {kernel}
     assert database.measurements()[kernel][1] == run_offs[kernel]["seconds"]
     records = database.directory / "database_tuning_record.json"

@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 import targets
-from targets.runner import cache_dir as default_cache_dir
+from toolchain import cache_dir as default_cache_dir
 
 from ..types import check_count
 from .models import LIGHT_MODELS, model_files, model_inputs, read_model

@@ -13,7 +13,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-import relay_bridge
+from toolchain import relax_ir
 
 from ..relax_rewrites import op_name, rewrite_functions, static_dims
 from ..weights import WeightFiles
@@ -123,7 +123,7 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         in_file = self.weight_files.empty(shape, str(ty.dtype)) \
             if self.weight_files is not None else None
         if in_file is None:
-            return relay_bridge.computed_constant(
+            return relax_ir.computed_constant(
                 shape, str(ty.dtype),
                 lambda out: _NUMPY_FOLDS[name](arrays, call, out, WeightFiles.copy_plain))
         _NUMPY_FOLDS[name](arrays, call, in_file, self.weight_files.copy)
@@ -140,7 +140,7 @@ class _NumpyFolder(relax.expr_functor.PyExprMutator):
         expr = self._bound(expr)
         if not isinstance(expr, tvm.ir.expr.Constant):
             return None
-        view = relay_bridge.constant_view(expr)
+        view = relax_ir.constant_view(expr)
         return view if view is not None else expr.value.numpy()
 
 

@@ -26,8 +26,8 @@ from tvm import relax
 from tvm.relax import dpl
 from tvm.relax.dpl import DFPattern
 
-import relay_bridge
 import toolchain
+from toolchain import relax_ir
 
 from ..cpu.layouts import fold_constant_layouts
 
@@ -174,7 +174,7 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, objec
         mod = plugin.prepare(mod, mine)
     # Only patterns that can match here: FuseOpsByPattern walks the whole graph once per
     # pattern, found or not.
-    present = frozenset().union(*(relay_bridge.op_names(f) for f in mod.functions.values()
+    present = frozenset().union(*(relax_ir.op_names(f) for f in mod.functions.values()
                                   if isinstance(f, relax.Function)))
     patterns = [p for p in plugin.patterns(mine) if _required_ops(p.pattern) <= present]
     # Those that take a constant's transpose as it is come first: folded, a transposed weight

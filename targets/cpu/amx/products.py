@@ -9,7 +9,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from relay_bridge import computed_constant, constant_view
+from toolchain.relax_ir import computed_constant, constant_view
 
 from ...weights import WeightFiles
 from ...relax_rewrites import op_name, rewrite_functions, static_dims

@@ -1,17 +1,11 @@
-"""Measuring tuning candidates on other machines through TVM's RPC tracker.
-
-RPC servers (``python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY``, or any server
-speaking TVM's RPC protocol, such as odla_rpc_server on a board: runner/odla_rpc_server.cc)
-register with a tracker (``python -m tvm.exec.rpc_tracker``) under a key. ``TrackerRunner``
-hands each built candidate to whichever server under the key the tracker says is free, as many
-at once as there were free servers, and measures it there with MetaSchedule's own RPC runner
-steps (upload, random inputs, time evaluator, clean-up).
-
-What MetaSchedule's RPCRunner does not: it records a candidate whose server went away as a
-failed trial (a run time of 1e10 s, kept in the database and never tried again), and it cannot
-say which server measured what. Here a candidate whose server is lost is measured again on
-the others, and every measurement is counted by server (Fleet).
-"""
+"""Measuring tuning candidates on other machines through TVM's RPC tracker. RPC servers
+(``python -m tvm.exec.rpc_server``, or odla_rpc_server on a board: targets/runner) register
+with a tracker under a key; ``TrackerRunner`` hands each built candidate to whichever server
+under the key is free, as many at once as there were free servers, and measures it there with
+MetaSchedule's own RPC runner steps. Unlike MetaSchedule's RPCRunner, which records a candidate
+whose server went away as a failed trial (never tried again) and cannot say which server
+measured what, it measures such a candidate again on the others and counts every measurement
+by server (Fleet)."""
 
 from __future__ import annotations
 

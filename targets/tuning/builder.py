@@ -1,19 +1,23 @@
-"""Where tuning builds its candidates: MetaSchedule's LocalBuilder, its worker processes kept
-from one batch to the next.
+"""Where tuning builds its candidates, and how: MetaSchedule's LocalBuilder with its worker
+processes kept from one batch to the next, and the build and export functions they run.
 
 LocalBuilder starts a new pool of processes for every batch it builds (for a leak in the
 workers, TVM's comment says), and each new worker imports TVM and targets before its first
-candidate: 2.5 s a batch on a 2-core Xeon, where the round-robin phase asks a batch of each
-kernel in turn (a transformer block of 10 kernels: 11 batches, 27.7 s of its 53 s tune).
+candidate, seconds a batch where the round-robin phase asks a batch of each kernel in turn.
 Here the workers stay, each started afresh after BUILDS_PER_WORKER candidates, so a leak
 stays bounded."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.builder import local_builder
 from tvm.support.popen_pool import MapResult, PopenPoolExecutor, StatusKind
+
+from ..compiler import codegen
 
 BUILDS_PER_WORKER = 256
 
@@ -48,3 +52,25 @@ class KeptPoolBuilder(PyBuilder):
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False)
+
+
+def export_shared(mod, compiler: str | None) -> str:
+    """A built candidate as a shared library for an RPC server, linked here (with ``compiler``,
+    a cross compiler, for another architecture): MetaSchedule's default export, an archive of
+    objects, needs a compiler on the server, and a board has none."""
+    from tvm.support import cc
+
+    path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
+    mod.export_library(path, fcompile=cc.cross_compiler(compiler) if compiler else cc.create_shared)
+    return path
+
+
+def build_candidate(mod, target, _params):
+    """MetaSchedule's default_build without its import of every tensor intrinsic (slow in each
+    builder process); a candidate reaches the builder with any tensorization already applied.
+    Compiled as builds compile it (targets.compiler.codegen: register tiles on the stack), so
+    that it is timed as it will run."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return codegen.build_kernels(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod),
+                                 target)

@@ -1,12 +1,11 @@
 """The Python-free programs: TVM's C++ runtime for a target's machine, odla_runner built
-against it (source: runner/odla_runner.cc), and odla_rpc_server, the RPC server a board runs
-for tuning through a tracker (runner/odla_rpc_server.cc)."""
+against it (source: odla_runner.cc, beside this file), and odla_rpc_server, the RPC server a
+board runs for tuning through a tracker (odla_rpc_server.cc)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import platform
 import shutil
 import subprocess
@@ -19,24 +18,17 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
-from toolchain import ToolchainMissing
+from toolchain import ToolchainMissing, cache_dir
 
-from .registry import TargetSpec
+from ..specs import TargetSpec
 
 log = logging.getLogger(__name__)
 
-RUNNER_SOURCE = Path(__file__).with_name("runner") / "odla_runner.cc"
-RPC_SERVER_SOURCE = Path(__file__).with_name("runner") / "odla_rpc_server.cc"
+RUNNER_SOURCE = Path(__file__).with_name("odla_runner.cc")
+RPC_SERVER_SOURCE = Path(__file__).with_name("odla_rpc_server.cc")
 # The two libraries a compiled module needs at run time, by the wheel that ships them.
 RUNTIME_LIBRARIES = {"libtvm_runtime.so": "apache-tvm", "libtvm_ffi.so": "apache-tvm-ffi"}
 _WHEEL_PLATFORMS = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
-
-
-def cache_dir() -> Path:
-    """Where downloaded runtimes are kept: $ODLA_TVM_CACHE_DIR, else the user's cache dir."""
-    base = os.environ.get("ODLA_TVM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "odla-tvm")
-    return Path(base)
 
 
 def _installed_library(name: str) -> Path:
@@ -89,17 +81,13 @@ def runtime_libraries(spec: TargetSpec) -> dict[str, Path]:
 
 def compiler(spec: TargetSpec) -> str:
     """The C++ compiler that builds for ``spec``'s machine on this host."""
-    if spec.cross_compiler is None:
-        found = shutil.which("g++") or shutil.which("c++")
-        if found is None:
-            raise ToolchainMissing("no C++ compiler found; install it with: apt-get install g++")
-        return found
-    if shutil.which(spec.cross_compiler) is None:
-        raise ToolchainMissing(
-            f"{spec.cross_compiler} is not installed; install it with: apt-get install "
-            f"{' '.join(spec.debian_packages)} (or run scripts/setup-cross.sh)"
-        )
-    return spec.cross_compiler
+    cross = spec.installed_cross_compiler()
+    if cross is not None:
+        return cross
+    found = shutil.which("g++") or shutil.which("c++")
+    if found is None:
+        raise ToolchainMissing("no C++ compiler found; install it with: apt-get install g++")
+    return found
 
 
 def build_runner(spec: TargetSpec, output: Path, library_dir: Path) -> Path:

@@ -1,29 +1,15 @@
-"""A lowered module's machine code, made and written on every core.
+"""A lowered module's machine code, built on every core: TVM's relax.build builds all of a
+module's kernels as one LLVM module on one thread; here they are built in a few groups (not
+one per kernel: a library run in memory is compiled again by LLVM's JIT, one instance per
+library), in a pool of threads, beside the VM's own code generation.
 
-TVM's relax.build builds all of a module's kernels as one LLVM module, and export_library
-writes its modules' objects one after another: both on one thread, while the work is kernel
-by kernel (pure-TVM ResNet-50 on two cores: 2.2 s of TIR passes and LLVM code, 1.0 s of
-object code, its four Winograd kernels 0.3 s each). Here the kernels are built in a few
-groups, in a pool of threads (TVM lets the GIL go in its calls), beside the VM's own code
-generation, and the objects are written in a pool too; the libraries are the same kernels,
-linked into one shared library as TVM's are. A few groups, not one per kernel: a library run
-in memory is compiled again, by LLVM's JIT, one instance per library (pure-TVM DenseNet-121,
-a library per kernel: 110 MB more and 1.2 s slower to its first run).
-
-CPU kernels compile through TVM's default TIR pipeline with two passes more. Before it, their
-guarded vector loops run their whole vectors unguarded (targets.vector_tails). Before the
-host's finalizing passes, their register tiles stay on the stack, which LLVM turns into
-registers: TVM's lowering gives a local buffer of 1 KB or more (a matmul's tile of 8 rows by 3
-vectors of 16 accumulators: 1.5 KB) memory from its workspace pool, a call to take and one to
-give back for every tile, and the tile lives in that memory. On a 2-core AMD EPYC, pure-TVM
-builds before and after, alternated in one process (medians): ResNet-50 34.1 -> 31.4 ms,
-MobileNetV2 4.55 -> 3.70, BERT-base 116.8 -> 110.8, GPT-2 57.4 -> 55.3, ViT-B/16 197.6 -> 191.5;
-ViT's 197 x 768 by 3072 matmul alone 4.33 -> 4.14.
+CPU kernels compile through TVM's default TIR pipeline with two passes more: their guarded
+vector loops run whole vectors unguarded (targets.cpu.vector_tails), and their register tiles stay
+on the stack, which LLVM turns into registers, where TVM's lowering takes a local buffer of
+1 KB or more from its workspace pool for every tile.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -32,18 +18,13 @@ import tvm_ffi
 from tvm import relax, tirx
 from tvm.s_tir.pipeline import default_s_tir_pipeline
 from tvm.tirx.compilation_pipeline import register_tir_pipeline
-from tvm_ffi import libinfo as tvm_ffi_libinfo
 
-from .registry import cpu_count
-from .cpu.vector_tails import whole_vectors
+from ..specs import cpu_count
+from ..cpu.vector_tails import whole_vectors
 
 _vm_codegen = tvm.get_global_func("relax.VMCodeGen")
 _vm_link = tvm.get_global_func("relax.VMLink")
-_pack_to_tensor = tvm.get_global_func("runtime.ModulePackImportsToTensor")
 
-# The symbol TVM's loader reads a shared library's packed modules (and the weights) from.
-_LIBRARY_BIN = "__tvm_ffi__library_bin"
-_SOURCE_FORMATS = ("c", "cc", "cpp", "cu")
 
 
 # Local buffers up to this size are stack memory (TVM's own line is 1 KB; a pool thread's stack
@@ -146,59 +127,3 @@ def failing_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:
             except Exception:  # pylint: disable=broad-except  # its own error: named below
                 failing.append(gv.name_hint)
     return failing
-
-
-def _pack_imports(module: tvm.runtime.Module, workspace_dir: str) -> str:
-    """export_library's fpack_imports: the packed modules (TVM's serialization, weights and
-    all) written to a file that an assembly source includes. TVM's own packer makes them an
-    LLVM constant, holding the weights three or four times over at once (BERT-base: 1.6 GB
-    more at export)."""
-    blob = _pack_to_tensor(module)
-    data_path = os.path.join(workspace_dir, "library_bin.bin")
-    with open(data_path, "wb") as f:
-        f.write(np.from_dlpack(blob).data)
-    del blob
-    source = os.path.join(workspace_dir, "library_bin.S")
-    with open(source, "w") as f:
-        f.write(f""".section .rodata
-.globl {_LIBRARY_BIN}
-.type {_LIBRARY_BIN}, %object
-.p2align 4
-{_LIBRARY_BIN}:
-.incbin "{data_path}"
-.size {_LIBRARY_BIN}, . - {_LIBRARY_BIN}
-.section .note.GNU-stack,"",%progbits
-""")
-    return source
-
-
-def _object_file(module: tvm.runtime.Module, index: int, workspace_dir: str) -> str:
-    """Writes ``module``'s object (its LLVM code generated now), or its source for a C
-    module, into ``workspace_dir``; the file's path."""
-    fmt = next(f for f in module.get_write_formats() if f in _SOURCE_FORMATS) \
-        if module.kind == "c" else "o"
-    path = os.path.join(workspace_dir, f"lib{index}.{fmt}")
-    module.write_to_file(path)
-    return path
-
-
-def export_library(library: tvm.runtime.Module, path: str, fcompile=None,
-                   options: list[str] | None = None) -> None:
-    """``library.export_library(path, fcompile=..., options=...)`` for a shared library (not a
-    system library), its modules' objects written on every core and its packed modules as
-    _pack_imports writes them."""
-    modules = library._collect_dso_modules()
-    if any(m.kind == "llvm" and m.get_function("__tvm_is_system_module")() for m in modules):
-        raise ValueError("odla-tvm exports shared libraries only, not system libraries")
-    options = list(options or [])
-    if any(m.kind == "c" for m in modules):  # compiled with TVM's headers, as export_library
-        options += ["-I" + p for p in (tvm.libinfo.find_include_path(),
-                                       tvm_ffi_libinfo.find_include_path(),
-                                       tvm_ffi_libinfo.find_dlpack_include_path())]
-    with tempfile.TemporaryDirectory() as workspace:
-        with ThreadPoolExecutor(cpu_count()) as pool:
-            files = list(pool.map(_object_file, modules, range(len(modules)),
-                                  [workspace] * len(modules)))
-        files.append(_pack_imports(library, workspace))
-        link = fcompile or tvm.support.cc.create_shared
-        link(path, files, **({"options": options} if options else {}))

@@ -6,11 +6,14 @@ import ctypes
 import json
 import os
 import platform
+import shutil
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 
 import tvm
 import tvm_ffi
+
+from toolchain import ToolchainMissing
 
 from .cpu.amx import AMX_PERMISSION_SYSCALL
 from .cpu.layouts import CPU_LAYOUTS
@@ -19,7 +22,7 @@ from .cpu.layouts import CPU_LAYOUTS
 SCHEDULE_SOURCES = {
     "database": "MetaSchedule records tuned for the target (targets.tuning), where it has any",
     "dlight": "TVM's default GPU schedules (s_tir.dlight) for every kernel still unscheduled",
-    "cpu-default": "default CPU schedules (targets.cpu_schedules) for every kernel still "
+    "cpu-default": "default CPU schedules (targets.cpu.schedules) for every kernel still "
                    "unscheduled",
 }
 
@@ -43,9 +46,9 @@ class TargetSpec:
     # (VendorPlugin.declines): DEFAULT's target, the fast path, does; a device named for a plugin
     # (INTEL_DNNL) wants that plugin, and its target does not.
     plugins_may_decline: bool = False
-    # Tuned builds only (see targets.layouts): op -> operand layouts its kernels use, and whether
+    # Tuned builds only (see targets.cpu.layouts): op -> operand layouts its kernels use, and whether
     # a tuned kernel may lay out its constant weights as its schedule reads them (at compile time),
-    # and whether convolutions are rewritten for vector units (targets.conv_rewrites).
+    # and whether convolutions are rewritten for vector units (targets.cpu.conv_rewrites).
     layouts: dict = field(default_factory=dict)
     prepack_weights: bool = False
     conv_rewrites: bool = False
@@ -77,6 +80,17 @@ class TargetSpec:
         """Identity of the generated code: a module built for one key runs only on that key."""
         return self._key
 
+    def installed_cross_compiler(self) -> str | None:
+        """The cross compiler that builds for the target's machine on this host (None: the
+        host's own compiler builds for it); ToolchainMissing, saying how to get it, where it is
+        not installed."""
+        if self.cross_compiler is not None and shutil.which(self.cross_compiler) is None:
+            raise ToolchainMissing(
+                f"{self.cross_compiler} is not installed, so nothing can be built for "
+                f"{self.name}; install it with: apt-get install {' '.join(self.debian_packages)} "
+                "(or run scripts/setup-cross.sh)")
+        return self.cross_compiler
+
     def runs_code_of(self, key: str) -> bool:
         """Whether code built for target ``key`` runs here: the same TVM target, with or
         without vendor plugins (a plugin's library is linked into the code that calls it)."""
@@ -84,7 +98,7 @@ class TargetSpec:
 
     @cached_property
     def _key(self) -> str:
-        key = str(self.tvm_target())  # cached: launches ask, and a TVM Target takes ~20 µs
+        key = str(self.tvm_target())  # cached: every launch asks, and a TVM Target is slow to make
         if not self.plugins:
             return key
         return f"{key} plugins={','.join(self.plugins)}" + \
@@ -144,7 +158,7 @@ def default_pool_spin(polls: int) -> None:
         os.environ[_POOL_SPIN] = str(polls)
 
 
-# AMX's features, as /proc/cpuinfo and LLVM name them (see targets.amx).
+# AMX's features, as /proc/cpuinfo and LLVM name them (see targets.cpu.amx).
 _AMX_FLAGS = {"amx_tile": "amx-tile", "amx_bf16": "amx-bf16"}
 
 
