@@ -27,6 +27,12 @@ from examples.quickstart import build_small_cnn
 # This CPU's float32 rules, without AMX where it has it (targets.cpu.amx would take the matmuls).
 HOST = dataclasses.replace(targets.host_cpu(), cpu_flags=(), target={
     key: value for key, value in targets.host_cpu().target.items() if key != "mattr"})
+# An AVX-512 CPU of 4 cores (16 float32 lanes, 32 vector registers): the tests of a schedule's
+# shape schedule for it, so that they check the same tiles on every machine; its code is never
+# run (its cpu_flags keep it from running where the CPU lacks AVX-512).
+AVX512 = dataclasses.replace(HOST, name="skylake-avx512", arch="x86_64", cpu_flags=("avx512f",),
+                             target={"kind": "llvm", "mtriple": "x86_64-linux-gnu",
+                                     "mcpu": "skylake-avx512", "num-cores": 4})
 RNG = np.random.default_rng(7)
 
 
@@ -312,25 +318,23 @@ def test_matmul_with_constant_weights_bias_and_relu(m, k, n):
     check(mod, [x], [np.maximum(x @ w + bias, 0)], "Contraction" if k > 1 else None, rtol=1e-4)
 
 
-@pytest.mark.skipif(cs.vector_lanes(HOST.tvm_target(), "float32") < 16,
-                    reason="a tile of 1 KB or more takes AVX-512's vectors")
 @pytest.mark.parametrize("stack_max", [16 << 10, 1 << 10])
 def test_register_tiles_stay_on_the_stack(monkeypatch, stack_max):
-    """A matmul's tile of 8 rows by 3 vectors of 16 accumulators (1.5 KB): TVM's lowering takes
-    a local buffer of 1 KB or more from its workspace pool, once per tile; targets.compiler.codegen
-    keeps local buffers up to its line on the stack (LLVM's registers), and the workspace
-    takes those above it."""
+    """A matmul's tile of 8 rows by 3 vectors of 16 accumulators (1.5 KB, AVX-512's: its code
+    is inspected, the host's run): TVM's lowering takes a local buffer of 1 KB or more from
+    its workspace pool, once per tile; targets.compiler.codegen keeps local buffers up to its
+    line on the stack (LLVM's registers), and the workspace takes those above it."""
     from targets.compiler import codegen
 
     monkeypatch.setattr(codegen, "_STACK_LOCAL_MAX_BYTES", stack_max)
     x, w = data((128, 64)), data((64, 96))
     mod = relax_module({"x": ((128, 64), "float32")},
                        lambda v: relax.op.matmul(v, const(w)))
-    module = compile_module(mod, HOST)
+    module = compile_module(mod, AVX512)
     code = "".join(m.inspect_source("ll") for m in module.library.mod.imports)
     workspace = code.count("@__TVMBackendAllocWorkspace, align")
     assert (workspace == 0) == (stack_max > 1536), workspace
-    (got,) = module.run([x])
+    (got,) = compile_module(mod, HOST).run([x])
     np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
 
 
@@ -386,14 +390,18 @@ def test_matmul_walks_its_tiles_of_j_innermost_where_its_weights_fit_half_of_l2(
     check(mod, [x], [x @ w], "Contraction", rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("n,columns", [(96, 48), (768, 48), (256, 32), (80, 16)])
-def test_matmul_tiles_take_three_vectors_of_columns_where_they_divide(n, columns):
-    """64 x 64 by 64 x n: a tile is three vectors of 16 columns where they divide n (24
-    accumulators with its 8 rows), else two, else one; the next parallel tile is the next
-    columns (the weights fit half of L2)."""
+@pytest.mark.parametrize("n,avx512_columns,avx2_columns", [
+    (96, 48, 24), (768, 48, 24), (256, 32, 16), (80, 16, 16)])
+def test_matmul_tiles_take_three_vectors_of_columns_where_they_divide(n, avx512_columns,
+                                                                      avx2_columns):
+    """64 x 64 by 64 x n: a tile is three vectors of columns where they divide n (16 columns
+    each with AVX-512: 24 accumulators with its 8 rows; 8 with AVX2), else two, else one; the
+    next parallel tile is the next columns (the weights fit half of L2)."""
     x, w = data((64, 64)), data((64, n)) * 0.1
     mod = relax_module({"x": ((64, 64), "float32")}, lambda v: relax.op.matmul(v, const(w)))
-    assert _first_column_of_tiles(_scheduled_kernels(mod)) == [0, columns]
+    assert _first_column_of_tiles(_scheduled_kernels(mod, AVX512)) == [0, avx512_columns]
+    avx2 = targets.get_target("x86-64-avx2")
+    assert _first_column_of_tiles(_scheduled_kernels(mod, avx2)) == [0, avx2_columns]
     check(mod, [x], [x @ w], "Contraction", rtol=1e-4, atol=1e-4)
 
 
@@ -432,12 +440,11 @@ def test_batch_matmul_of_odd_extents_is_padded_to_whole_tiles(b, m, k, n, padded
                            relax.op.matmul(u, v), relax.const(0.125)), const(s)))
     assert list(rules_of(mod).values()) == ["Contraction"]
     assert _guards_of_updates(_scheduled_kernels(mod)) == []
-    (kernel,) = [f.script() for f in _scheduled_kernels(mod).functions.values()
+    # The padded extents above are AVX-512's.
+    (kernel,) = [f.script() for f in _scheduled_kernels(mod, AVX512).functions.values()
                  if isinstance(f, tvm.tirx.PrimFunc)]
-    lanes = cs.vector_lanes(HOST.tvm_target(), "float32")
-    if lanes == 16:  # the extents above are AVX-512's
-        assert f"y_pad = T.sblock_alloc_buffer((T.int64({b}), T.int64({k}), T.int64({padded})))" \
-            in kernel, kernel
+    assert f"y_pad = T.sblock_alloc_buffer((T.int64({b}), T.int64({k}), T.int64({padded})))" \
+        in kernel, kernel
     check(mod, [x, y], [np.matmul(x, y) * np.float32(0.125) + s], rtol=1e-4)
 
 
@@ -462,13 +469,12 @@ def _tail_kernel(lane_index: str):
 
 
 def _vector_stores(func) -> int:
-    """How many stores of whole float32 vectors of 16 ``func``'s LLVM code has."""
-    library = tvm.compile(tvm.IRModule({"kernel": func}), target=HOST.tvm_target())
+    """How many stores of whole float32 vectors of 16 ``func``'s LLVM code for AVX-512 has
+    (the kernels' vectors are AVX-512's; that code is not run)."""
+    library = tvm.compile(tvm.IRModule({"kernel": func}), target=AVX512.tvm_target())
     return library.mod.inspect_source("ll").count("store <16 x float>")
 
 
-@pytest.mark.skipif(cs.vector_lanes(HOST.tvm_target(), "float32") < 16,
-                    reason="the kernels' vectors are AVX-512's")
 @pytest.mark.parametrize("lane_index", ["rising", "falling"])
 def test_a_guarded_vector_loop_runs_its_whole_vectors_unguarded(lane_index):
     """targets.cpu.vector_tails: TVM's vectorizer scalarizes a loop whose guard differs by lane,
@@ -511,20 +517,20 @@ def test_a_matmul_tvm_refuses_to_pad_keeps_its_guarded_tail(monkeypatch):
     check(mod, [x, y], [np.matmul(x, y)], rtol=1e-4)
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 64, 1001), (197, 96, 48), (7, 13, 33)])
-def test_odd_constant_weights_are_padded_once_when_compiling(m, k, n):
+@pytest.mark.parametrize("m,k,n,columns", [(1, 64, 1001, 1008), (197, 96, 48, 48),
+                                           (7, 13, 33, 48)])
+def test_odd_constant_weights_are_padded_once_when_compiling(m, k, n, columns):
     """An odd count of output features (1001 classes) or rows (197 tokens): the weights'
     padded copy is made when compiling, packed (the kernel takes it, not the weights), and
-    the rows of the input are padded in the kernel."""
+    the rows of the input are padded in the kernel. ``columns``: n padded to whole vectors of
+    AVX-512's 16 lanes (what the scheduled kernel is for)."""
     x, w, bias = data((m, k)), data((k, n)), data((n,))
     mod = relax_module({"x": ((m, k), "float32")}, lambda v: relax.op.nn.relu(
         relax.op.add(relax.op.matmul(v, const(w)), const(bias))))
-    scheduled = _scheduled_kernels(mod)
+    scheduled = _scheduled_kernels(mod, AVX512)
     (kernel,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert str(kernel.attrs[cs.RULE_ATTR]) == "Contraction"
     assert _guards_of_updates(scheduled) == []
-    lanes = cs.vector_lanes(HOST.tvm_target(), "float32")
-    columns = -(-n // lanes) * lanes if n % 2 and n > lanes else n
     (packed,) = [p for p in kernel.params if len(p.shape) == 3]  # [j / tile, k, tile]
     assert int(np.prod([int(d) for d in packed.shape])) == k * columns
     check(mod, [x], [np.maximum(x @ w + bias, 0)], rtol=1e-4)
@@ -653,7 +659,8 @@ def _paddings_per_tile(scheduled) -> list[bool]:
     ("wide_conv", False)])  # 64 input channels, each window padded again per 32 outputs: 4.8
 def test_a_padding_is_computed_per_tile_where_tiles_pad_little_twice(op, per_tile):
     """Padded per tile of the reduction (in its parallel loop, a window of at most 4096
-    elements), or whole before it where the tiles would pad more than twice the input."""
+    elements), or whole before it where the tiles would pad more than twice the input. The
+    ratios above are AVX-512's tiles' (AVX2's hold half the output channels and fewer rows)."""
     x = data({"first_conv": (1, 3, 32, 32), "wide_conv": (1, 64, 8, 8)}.get(op, (1, 32, 32, 32)))
     w = {"depthwise": data((32, 1, 3, 3)), "wide_conv": data((64, 64, 3, 3)) * 0.1}.get(
         op, data((32, 3, 3, 3)))
@@ -662,7 +669,7 @@ def test_a_padding_is_computed_per_tile_where_tiles_pad_little_twice(op, per_til
            "first_conv": lambda v: relax.op.nn.conv2d(v, const(w), strides=2, padding=1),
            "wide_conv": lambda v: relax.op.nn.conv2d(v, const(w), padding=1)}
     mod = relax_module({"x": (x.shape, "float32")}, ops[op])
-    assert _paddings_per_tile(_scheduled_kernels(mod)) == [per_tile]
+    assert _paddings_per_tile(_scheduled_kernels(mod, AVX512)) == [per_tile]
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     expected = {
         "max_pool": lambda: np.max([padded[:, :, i:i + 32:2, j:j + 32:2]
@@ -785,14 +792,15 @@ def _row_stages_module(shape, dtype, gamma, beta):
 def test_row_reductions_accumulate_a_vector_of_partial_results(shape, dtype, lanes):
     """Softmax, layer norm and RMS norm over rows: Rows rfactors each reduction along the row
     into a vector of partial results (dlight's kept one scalar chain), the last partial vector
-    of a row no vector divides guarded (37, 197), fewer lanes where the row is short; the
-    results match NumPy's."""
+    of a row no vector divides guarded (37, 197), fewer lanes where the row is short (``lanes``
+    are AVX-512's); the results match NumPy's."""
     x = data(shape, dtype)
     gamma, beta = data(shape[-1:], dtype), data(shape[-1:], dtype)
     mod = _row_stages_module(shape, dtype, gamma, beta)
-    rules = rules_of(mod)  # x * x of the RMS norm is a kernel of its own
-    assert sorted(r for r in rules.values() if r != "Injective") == ["Rows"] * 3, rules
-    partials = _vector_lanes_of_row_reductions(_scheduled_kernels(mod))
+    for spec in (HOST, AVX512):  # x * x of the RMS norm is a kernel of its own
+        rules = rules_of(mod, spec)
+        assert sorted(r for r in rules.values() if r != "Injective") == ["Rows"] * 3, rules
+    partials = _vector_lanes_of_row_reductions(_scheduled_kernels(mod, AVX512))
     # softmax: max and sum; layer norm: mean and variance (or sum of squares); RMS: mean
     assert sum(len(p) for p in partials.values()) >= 4 and \
         {n for p in partials.values() for n in p} == {lanes}, partials
@@ -1076,7 +1084,9 @@ def test_a_kernel_whose_schedule_fails_to_build_is_built_unscheduled(monkeypatch
         module = compile_module(mod, HOST)
     assert "the default schedules of softmax fail to build" in caplog.text, caplog.text
     assert "default CPU schedules failed" not in caplog.text
-    assert [np.asarray(weight).shape for weight in module.weights] == [(2, 64, 32)]
+    # Tiles of two vectors of columns (64 columns are 4, 8 or 16 vectors: 3 divides none).
+    tile = 2 * cs.vector_lanes(HOST.tvm_target(), "float32")
+    assert [np.asarray(weight).shape for weight in module.weights] == [(64 // tile, 64, tile)]
     y = x @ w
     e = np.exp(y - y.max(-1, keepdims=True))
     np.testing.assert_allclose(module.run([x])[0], e / e.sum(-1, keepdims=True), rtol=1e-5,
