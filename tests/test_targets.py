@@ -178,41 +178,6 @@ def test_run_time_parameter_checks_compile_for_cuda_without_a_gpu():
     assert [m.kind for m in module.library.mod.imports[0].imports if m.kind == "cuda"]
 
 
-def _cpu_seconds_after_a_run(env: dict) -> float:
-    """The CPU seconds a new process spends in the 150 ms after a run of a parallel kernel
-    on the pure-TVM build, while it sleeps."""
-    script = textwrap.dedent("""
-        import os, time
-        import numpy as np
-        import odla_tvm as odla
-        from odla_tvm import ElementType as E, ValueType as VT
-        comp = odla.create_computation()
-        x = odla.create_argument(VT(E.FLOAT32, (512, 512)), "x")
-        w = odla.create_constant(VT(E.FLOAT32, (512, 512)), np.ones((512, 512), np.float32))
-        odla.set_value_as_output(odla.gemm(x, False, w, False, 1.0, 0.0, value_id="out"))
-        sess = odla.Session(comp, odla.allocate_device(device_name=odla.DeviceName.INTEL_X86))
-        for _ in range(5):
-            [out] = sess.run({"x": np.ones((512, 512), np.float32)})
-            assert out.shape == (512, 512) and np.all(out == 512)
-        before = sum(os.times()[:2])
-        time.sleep(0.15)
-        print(sum(os.times()[:2]) - before)
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return float(done.stdout.split()[-1])
-
-
-def test_the_thread_pool_sleeps_soon_after_a_run_unless_told_otherwise():
-    """TVM's workers polled ~150 ms for the next kernel after every run, a core's worth of
-    CPU; a user's TVM_THREAD_POOL_SPIN_COUNT still decides."""
-    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
-    env["TVM_NUM_THREADS"] = "2"
-    assert _cpu_seconds_after_a_run(env) < 0.03
-    assert _cpu_seconds_after_a_run({**env, "TVM_THREAD_POOL_SPIN_COUNT": "300000"}) > 0.03
-
-
 _POOL_SPIN_SCRIPT = textwrap.dedent("""
     import os, sys
     import numpy as np
