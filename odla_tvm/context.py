@@ -10,11 +10,10 @@ from .computation import (
     Value,
     ValueKind,
     _value,
-    checked_array,
     current_computation_or_none,
     find_value_by_id,
-    host_data,
 )
+from .data_checks import checked_array, host_data
 from .types import ItemType, OdlaError, Status, ValueShape, as_shape, checked, odla_enum
 
 

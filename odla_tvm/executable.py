@@ -23,9 +23,9 @@ from .computation import (
     _computation,
     _index,
     cache_dir_of,
-    check_fits_in_memory,
 )
 from .context import Context, _context
+from .data_checks import check_fits_in_memory
 from .device import Device, checked_device
 from .types import ItemType, OdlaError, Status, ValueType, checked, run_failure
 from .version import __version__

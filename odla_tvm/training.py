@@ -26,7 +26,8 @@ import relay_bridge
 import relay_bridge.training as lowering
 import targets
 
-from .computation import Computation, Value, _computation, checked_array
+from .computation import Computation, Value, _computation
+from .data_checks import checked_array
 from .context import Context, _context
 from .device import Device, checked_device
 from .executable import (

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
 from tools import fuzzing, isolation
-from odla_tvm.computation import MEMORY_BYTES
+from odla_tvm.data_checks import MEMORY_BYTES
 
 PER_KIND = 5  # cases per format and mutation family: 55 in all
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from odla_tvm.computation import MEMORY_BYTES
+from odla_tvm.data_checks import MEMORY_BYTES
 
 from .fuzz_mutations import (
     ONNX_MUTATIONS,

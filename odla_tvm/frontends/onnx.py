@@ -23,7 +23,8 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from .. import computation as _computation
-from ..computation import Computation, Value, ValueKind, check_fits_in_memory
+from ..computation import Computation, Value, ValueKind
+from ..data_checks import check_fits_in_memory
 from ..ops.process import cast
 from ..types import OdlaError, Status, ValueType, element_type_of
 from .onnx_file import FileWeights, check_leaving_weights, read_leaving_weights

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
-from ..computation import host_data
+from ..data_checks import host_data
 from ..device import DEVICE_ALIASES, allocate_device, available_devices
 from ..session import Session
 from ..types import DeviceName, OdlaError, Status

@@ -9,7 +9,8 @@ import numpy as np
 from onnx import numpy_helper
 
 from ... import ops
-from ...computation import Value, check_fits_in_memory
+from ...computation import Value
+from ...data_checks import check_fits_in_memory
 from ...types import (ElementType, InterpolationMode, OdlaError, Status, ValueType, element_type_of,
                       numpy_dtype)
 from .registry import INT_MAX, Node, constant, converter, dims, element_type, rank, static_dims
