@@ -398,7 +398,7 @@ def test_a_bad_target_spec_file_is_refused(tmp_path, capsys):
         assert f"target spec file '{path}': {fragment}" in message, (name, message)
         assert message.endswith(WRITE_A_SPEC), (name, message)
     assert cli(["export", model, "--target", str(tmp_path / "missing.json"), "-o",
-                str(tmp_path / "bundle")]) == 1
+                str(tmp_path / "bundle")]) == 2
     assert "missing.json': no such file" in capsys.readouterr().err
 
 
