@@ -72,6 +72,11 @@ def info(args) -> None:
     print(f"ops lowered: {len(ops)}: {', '.join(ops)}")
 
 
+def check_info(args) -> None:
+    if args.target_spec is not None:
+        check_output_file(args.target_spec, "--target-spec", args.force)
+
+
 def write_target_spec(path: str, overwrite: bool) -> None:
     import targets
 
@@ -350,7 +355,7 @@ def cache(args) -> None:
 COMMANDS = {"info": info, "run": run, "export": export, "profile": profile, "tune": tune,
             "bench": bench, "rpc-server": rpc_server, "cache": cache}
 # Each command's arguments checked before it starts (its own checks of what it reads follow).
-CHECKS = {"run": check_run, "export": check_export, "profile": check_profile,
+CHECKS = {"info": check_info, "run": check_run, "export": check_export, "profile": check_profile,
           "bench": check_bench, "rpc-server": check_rpc_server, "cache": check_cache}
 
 

@@ -111,6 +111,9 @@ MISTAKES = [
     (["cache", "--cache-dir", "{text}"], 2, "odla-tvm cache: error: --cache-dir '{text}' is "
      "not a directory"),
     (["cache", "empty"], 2, "argument action: invalid choice: 'empty'"),
+    (["info", "--target-spec", "{text}"], 2, "odla-tvm info: error: --target-spec '{text}' "
+     "exists; refusing to overwrite it"),
+    (["info", "--target-spec", "{dir}"], 2, "folder' is a directory; expected a file name"),
 ]
 
 

@@ -318,7 +318,7 @@ def test_a_target_spec_file_written_here_is_this_cpu(tmp_path, capsys):
 def test_a_target_spec_file_is_not_overwritten_unless_forced(tmp_path, capsys):
     path = tmp_path / "mine.json"
     path.write_text("my notes")
-    assert cli(["info", "--target-spec", str(path)]) == 1
+    assert cli(["info", "--target-spec", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--target-spec '{path}' exists; refusing to overwrite it" in err and "--force" in err
     assert path.read_text() == "my notes"
