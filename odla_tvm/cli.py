@@ -28,7 +28,6 @@ from .device import (
 )
 from .executable import Executable, compile_computation, load_executable
 from .profiler import compare_to_unprofiled, profile_executable
-from .session import PRECISIONS
 from .types import ODLA_API_VERSION, DeviceInfo, DeviceName, OdlaError, Status
 from .version import __version__
 
@@ -130,8 +129,13 @@ def _import_module(name: str):
 
 
 def check_run(args) -> None:
+    from .session import PRECISIONS
+
     check_model(args.model)
     check_count(args.runs, 1, "--runs")
+    if args.precision is not None and args.precision not in PRECISIONS:
+        raise UsageError(f"--precision is {args.precision!r}; expected one of "
+                         f"{', '.join(PRECISIONS)}")
     try:
         device_name_of(args.device)
     except OdlaError as err:
@@ -469,7 +473,7 @@ def main(argv=None) -> int:
                             help="replace the --output file if it exists")
     run_parser.add_argument("--device", default="DEFAULT",
                             help="an ODLA device name (odla-tvm info lists them), or CPU")
-    run_parser.add_argument("--precision", choices=list(PRECISIONS),
+    run_parser.add_argument("--precision", metavar="fp32|bf16|fp16",
                             help="compile in this precision (default fp32; bf16: BF16_MODE's "
                             "performance mode, fp16: FP16_MODE)")
     run_parser.add_argument("--runs", type=int, default=10,

@@ -45,7 +45,8 @@ def files(tmp_path, monkeypatch):
     with open(paths["text"], "w") as f:
         f.write("not data\n")
     x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
-    for name, array in (("x", x), ("x64", x.astype(np.float64)), ("x35", np.ones((3, 5), np.float32))):
+    arrays = {"x": x, "x64": x.astype(np.float64), "x35": np.ones((3, 5), np.float32)}
+    for name, array in arrays.items():
         paths[name] = str(tmp_path / f"{name}.npy")
         np.save(paths[name], array)
     return paths
@@ -69,8 +70,8 @@ MISTAKES = [
     (["run", "{dir}"], 2, "is a directory but not an exported bundle (it has no manifest.json)"),
     (["run", "{model}", "--device", "TPU"], 2, "--device: device name is 'TPU'; expected one "
      "of DEFAULT, "),
-    (["run", "{model}", "--precision", "int8"], 2, "argument --precision: invalid choice: "
-     "'int8' (choose from 'fp32', 'bf16', 'fp16')"),
+    (["run", "{model}", "--precision", "int8"], 2, "odla-tvm run: error: --precision is 'int8'; "
+     "expected one of fp32, bf16, fp16"),
     (["run", "{model}", "--output", "{text}"], 2, "notes.txt' exists; refusing to overwrite it "
      "(give a new path, or add --force to replace it)"),
     (["run", "{model}", "--output", "{dir}"], 2, "folder' is a directory; expected a file name"),
@@ -172,7 +173,8 @@ def test_run_round_trips_inputs_and_outputs_as_the_python_api(files, capsys, tmp
     np.testing.assert_allclose(y, x @ W + B, rtol=1e-5, atol=1e-5)
     assert f"output y: float32 (2, 3): [{y.reshape(-1)[0]:.5f}" in printed
     assert f"outputs written to {out} (keys: y)" in printed
-    assert "latency over 2 runs after the first: median " in printed and "(device DEFAULT, fp32)" in printed
+    assert "latency over 2 runs after the first: median " in printed
+    assert "(device DEFAULT, fp32)" in printed
     # The same path again: refused, unless --force.
     assert cli(["run", files["model"], "--output", out, "--runs", "1"]) == 2
     assert "exists; refusing to overwrite it" in _one_line(capsys.readouterr().err)
@@ -192,7 +194,8 @@ def test_run_a_stored_executable_and_a_dynamic_model_in_a_precision(files, capsy
     x = np.load(files["x"])
     np.testing.assert_allclose(np.load("s.npz")["y"], x @ W + B, rtol=1e-5, atol=1e-5)
     assert cli(["run", stored, "--precision", "fp16"]) == 2
-    assert "--precision fp16 applies where MODEL compiles here" in _one_line(capsys.readouterr().err)
+    err = _one_line(capsys.readouterr().err)
+    assert "--precision fp16 applies where MODEL compiles here" in err
     dynamic = _model(tmp_path / "dynamic.onnx", batch="n")
     assert cli(["run", dynamic, "--precision", "fp16", "--runs", "1", "--output", "d.npz"]) == 0
     printed = capsys.readouterr().out
@@ -218,7 +221,8 @@ def test_bench_writes_only_where_o_says_and_leaves_a_repository_clean(files, cap
     monkeypatch.setattr(cli_module.bench_driver, "bench_models",
                         lambda models, *args, **kwargs: [ModelResult(n, p, error="stand-in")
                                                          for n, p in models])
-    monkeypatch.setattr(cli_module, "call_overhead", lambda: {"bare VM call": 1.0, "Session.run": 3.5})
+    monkeypatch.setattr(cli_module, "call_overhead",
+                        lambda: {"bare VM call": 1.0, "Session.run": 3.5})
     for _ in range(2):  # the second replaces the report the first wrote
         assert cli(["bench", files["model"]]) == 0
         assert "written to odla-bench/perf.md" in capsys.readouterr().out
@@ -242,8 +246,8 @@ def test_bench_without_onnxruntime_says_how_to_install_it(files, capsys, monkeyp
     import importlib.util
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *args: None if name == "onnxruntime" else find_spec(name, *args))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args:
+                        None if name == "onnxruntime" else find_spec(name, *args))
     assert cli(["bench", files["model"], "-o", "perf.md"]) == 1
     assert _one_line(capsys.readouterr().err) == (
         "odla-tvm: error: [DL_ERROR] onnxruntime is not installed (no module named "
