@@ -105,5 +105,8 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=1, help="images per run")
     parser.add_argument("--runs", type=int, default=50, help="timed runs per device")
     args = parser.parse_args()
+    for option, value in (("--batch", args.batch), ("--runs", args.runs)):
+        if value < 1:
+            parser.error(f"{option} is {value}; expected an integer >= 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     main(args.batch, args.runs)

@@ -85,14 +85,8 @@ def export(model, target, path, with_runner: bool = False) -> Path:
 
     An existing bundle at ``path`` is replaced; any other existing directory is refused.
     """
+    destination = check_destination(path)
     exe = _resolve(model, target)
-    destination = Path(os.fspath(path)).absolute()
-    if destination.exists() and not _replaceable(destination):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"{destination} exists and is not an odla-tvm bundle; refusing to overwrite it "
-            "(choose a new directory)",
-        )
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".odla-bundle-", dir=destination.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; a bundle is meant to be shared
@@ -112,6 +106,19 @@ def export(model, target, path, with_runner: bool = False) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     log.info("exported %s bundle to %s", exe.module.spec.name, destination)
+    return destination
+
+
+def check_destination(path) -> Path:
+    """``path`` as an absolute Path, where a bundle may be written: new, an empty directory or
+    an earlier bundle; INVALID_PARAM for anything else."""
+    destination = Path(os.fspath(path)).absolute()
+    if destination.exists() and not _replaceable(destination):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"{destination} exists and is not an odla-tvm bundle; refusing to overwrite it "
+            "(choose a new directory)",
+        )
     return destination
 
 

@@ -14,12 +14,16 @@ from .bench import driver as bench_driver
 from .bench import report as bench_report
 from .bench.models import LIGHT_MODELS, model_files
 from .bench.timing import call_overhead
+from .bundle import check_destination as check_bundle_destination
 from .bundle import export as export_bundle
+from .cli_checks import (UsageError, check_count, check_directory, check_input_file,
+                         check_model, check_output_file, check_writable_folder)
 from .device import (
     DEFAULT_PLUGIN,
     allocate_device,
     available_devices,
     default_plugin_missing,
+    device_name_of,
     get_device_info,
 )
 from .executable import Executable, compile_computation, load_executable
@@ -65,6 +69,11 @@ def info(args) -> None:
             print(f"    item {item}: {meaning}")
     ops = relay_bridge.registered_ops()
     print(f"ops lowered: {len(ops)}: {', '.join(ops)}")
+
+
+def check_info(args) -> None:
+    if args.target_spec is not None:
+        check_output_file(args.target_spec, "--target-spec", args.force)
 
 
 def write_target_spec(path: str, overwrite: bool) -> None:
@@ -119,11 +128,110 @@ def _import_module(name: str):
     return module
 
 
+def check_run(args) -> None:
+    from .session import PRECISIONS
+
+    check_model(args.model)
+    check_count(args.runs, 1, "--runs")
+    if args.precision is not None and args.precision not in PRECISIONS:
+        raise UsageError(f"--precision is {args.precision!r}; expected one of "
+                         f"{', '.join(PRECISIONS)}")
+    try:
+        device_name_of(args.device)
+    except OdlaError as err:
+        raise UsageError(f"--device: {err.message}") from None
+    compiled = not args.model.endswith(".onnx") and os.path.exists(args.model)
+    if compiled and args.precision not in (None, "fp32"):
+        raise UsageError(f"--precision {args.precision} applies where MODEL compiles here; "
+                         f"{args.model!r} is compiled already (give its ONNX model)")
+    if args.output is not None:
+        check_output_file(args.output, "--output", args.force)
+
+
+def load_session(model: str, device, precision: str | None):
+    """A Session over MODEL: an ONNX file through Session.from_onnx (the engine cache
+    included), a stored executable or bundle loaded for ``device``, or a computation of
+    ``package.module:function`` compiled in ``precision``."""
+    from .computation import Computation
+    from .session import Session, set_precision
+
+    if model.endswith(".onnx"):
+        return Session.from_onnx(model, device, precision=precision)
+    if os.path.exists(model):
+        return Session(load_executable(model, device))
+    computation = load_model(model)
+    if not isinstance(computation, Computation):
+        raise OdlaError(Status.INVALID_PARAM, f"MODEL {model!r} returned a "
+                        f"{type(computation).__name__}; expected an ODLA Computation")
+    set_precision(computation, precision)
+    return Session(computation, device)
+
+
+def run(args) -> None:
+    from .cli_run import feeds, read_input_files, save_outputs, summary, time_runs
+
+    given = read_input_files(args.input)
+    device = allocate_device(device_name=args.device)
+    session = load_session(args.model, device, args.precision)
+    data = feeds(session.executable, given)
+    outputs = dict(zip(session.output_types, session.run(data)))
+    for name, array in outputs.items():
+        print(summary(name, array))
+    if args.output is not None:
+        try:
+            save_outputs(args.output, outputs)
+        except OSError as err:
+            raise OdlaError(Status.FAILURE, f"--output {args.output!r} cannot be written "
+                            f"({err.strerror or err})") from None
+        print(f"outputs written to {args.output} (keys: {', '.join(outputs)})")
+    print(f"{time_runs(session, data, args.runs)} (device {device.name.name}, "
+          f"{args.precision or 'fp32'})")
+
+
+def check_target(name: str, option: str) -> None:
+    import targets
+
+    try:
+        targets.get_target(name)
+    except KeyError as err:
+        raise UsageError(f"{option}: {err.args[0]}") from None
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{option}: {err}") from None
+
+
+def check_export(args) -> None:
+    check_model(args.model)
+    check_target(args.target, "--target")
+    try:
+        check_bundle_destination(args.output)
+    except OdlaError as err:
+        raise UsageError(f"-o: {err.message}") from None
+    check_writable_folder(args.output, "-o")
+
+
 def export(args) -> None:
     model = load_model(args.model)
     bundle = export_bundle(model, args.target, args.output, with_runner=args.with_runner)
     print(f"exported {args.model} for {args.target} to {bundle}")
     print((bundle / "README.txt").read_text())
+
+
+def _starts_with(path: str, marker: bytes) -> bool:
+    """Whether the file at ``path`` starts with ``marker`` (how a command knows its own)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(marker)) == marker
+    except OSError:
+        return False
+
+
+def check_profile(args) -> None:
+    check_model(args.model)
+    check_count(args.runs, 1, "--runs")
+    check_count(args.top, 1, "--top")
+    # A Chrome trace written before (this command's default file) is replaced.
+    check_output_file(args.output, "-o", args.force,
+                      ours=lambda path: _starts_with(path, b'{"traceEvents"'))
 
 
 def profile(args) -> None:
@@ -153,6 +261,14 @@ def tune(args) -> None:
     print(report.summary())
 
 
+def check_rpc_server(args) -> None:
+    check_target(args.target, "--target")
+    if args.tracker is not None:
+        host, _, port = args.tracker.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--tracker is {args.tracker!r}; expected HOST:PORT")
+
+
 def rpc_server(args) -> None:
     import platform
 
@@ -175,6 +291,23 @@ def rpc_server(args) -> None:
               f"{directory}/odla_rpc_server --tracker {tracker} --key {key})")
     print(f"then here: odla-tvm tune MODEL --target {spec.name} --rpc-tracker {tracker} "
           f"--rpc-key {key}")
+
+
+def check_bench(args) -> None:
+    for path in args.files:
+        check_input_file(path, "model file")
+    try:
+        model_files(names=args.models or [])
+    except OdlaError as err:
+        raise UsageError(f"--{err.message}") from None
+    check_count(args.threads, 1, "--threads")
+    check_count(args.runs, 3, "--runs")
+    check_count(args.batch, 1, "--batch")
+    check_directory(args.cache_dir, "--cache-dir")
+    # A bench report is replaced (the chart beside it too); any other file only with --force.
+    ours = args.force or _starts_with(args.output, bench_report.TITLE.encode())
+    check_output_file(args.output, "-o", ours)
+    check_output_file(os.path.splitext(args.output)[0] + ".png", "-o's chart", ours)
 
 
 def bench(args) -> None:
@@ -200,6 +333,10 @@ def bench(args) -> None:
     print(f"written to {args.output}" + ("" if why_no_chart else f" and {chart_path}"))
 
 
+def check_cache(args) -> None:
+    check_directory(args.cache_dir, "--cache-dir")
+
+
 def cache(args) -> None:
     from . import engine_cache
 
@@ -219,12 +356,23 @@ def cache(args) -> None:
               f"{entry.model}")
 
 
-COMMANDS = {"info": info, "export": export, "profile": profile, "tune": tune, "bench": bench,
-            "rpc-server": rpc_server, "cache": cache}
+COMMANDS = {"info": info, "run": run, "export": export, "profile": profile, "tune": tune,
+            "bench": bench, "rpc-server": rpc_server, "cache": cache}
+# Each command's arguments checked before it starts (its own checks of what it reads follow).
+CHECKS = {"info": check_info, "run": check_run, "export": check_export, "profile": check_profile,
+          "bench": check_bench, "rpc-server": check_rpc_server, "cache": check_cache}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors on one line (exit status 2, as argparse's)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
+    parser = _Parser(prog="odla-tvm", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"odla-tvm {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     info_parser = commands.add_parser("info",
                                       help="versions, devices and targets of this machine")
@@ -251,6 +399,8 @@ def main(argv=None) -> int:
     profile_parser.add_argument("model", help="as for export")
     profile_parser.add_argument("--runs", type=int, default=5)
     profile_parser.add_argument("--top", type=int, default=15, help="kernels in the summary")
+    profile_parser.add_argument("--force", action="store_true",
+                                help="replace the -o file even if it is no Chrome trace")
     profile_parser.add_argument("-o", "--output", default="odla-trace.json")
     tune_parser = commands.add_parser(
         "tune", help="tune MODEL's kernels for a target with MetaSchedule; later compiles for "
@@ -286,7 +436,7 @@ def main(argv=None) -> int:
     bench_parser = commands.add_parser(
         "bench", help="time ONNX models (default: onnx's light CNNs) on odla-tvm's default "
         "device, the pure-TVM build, onnxruntime and OpenVINO, each in its own process; write "
-        "docs/perf.md and docs/perf.png")
+        "the report and its chart where -o says")
     bench_parser.add_argument("files", nargs="*", metavar="MODEL.onnx",
                               help="ONNX models to time (fixed input dims but the batch)")
     bench_parser.add_argument("--models", nargs="+", metavar="NAME",
@@ -298,19 +448,71 @@ def main(argv=None) -> int:
                               help="the size of a symbolic first input dim")
     bench_parser.add_argument("--cache-dir", help="where the tuning database of the tuned "
                               "column is (as for tune); the other paths use no records")
-    bench_parser.add_argument("-o", "--output", default=os.path.join("docs", "perf.md"),
-                              help="the report; the chart goes beside it as .png")
+    bench_parser.add_argument("-o", "--output", default=os.path.join("odla-bench", "perf.md"),
+                              help="the report (default odla-bench/perf.md here; it replaces "
+                              "an earlier bench report only); the chart goes beside it as .png")
+    bench_parser.add_argument("--force", action="store_true",
+                              help="replace the -o files even if they are no bench report")
     cache_parser = commands.add_parser(
         "cache", help="list or clear the compiled engines kept by Session.from_onnx")
     cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
     cache_parser.add_argument("--cache-dir", help="the cache directory (default "
                               "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    run_parser = commands.add_parser(
+        "run", help="run MODEL once on given or seeded random inputs: print and save its "
+        "outputs, then time a few runs")
+    run_parser.add_argument("model", help="an ONNX model (.onnx, through Session.from_onnx and "
+                            "its engine cache), a stored executable (.odla), a bundle directory, "
+                            "or package.module:function or FILE.py:function")
+    run_parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                            help="an input's data (np.save's file of its dtype and shape); "
+                            "inputs not given get seeded random data, dynamic dims 1")
+    run_parser.add_argument("--output", metavar="FILE.npz",
+                            help="save the outputs there, keyed by their names (np.load)")
+    run_parser.add_argument("--force", action="store_true",
+                            help="replace the --output file if it exists")
+    run_parser.add_argument("--device", default="DEFAULT",
+                            help="an ODLA device name (odla-tvm info lists them), or CPU")
+    run_parser.add_argument("--precision", metavar="fp32|bf16|fp16",
+                            help="compile in this precision (default fp32; bf16: BF16_MODE's "
+                            "performance mode, fp16: FP16_MODE)")
+    run_parser.add_argument("--runs", type=int, default=10,
+                            help="timed runs after the first (default 10)")
     try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version and usage errors: main returns the status
+        return done.code or 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return _run_command(args, commands.choices[args.command])
+
+
+def _run_command(args, parser: argparse.ArgumentParser) -> int:
+    """Checks the arguments and runs the command: 0, or 2 for a mistake in its arguments, 1
+    for a failure of its job, each said in one line; 141 where stdout was closed early (as
+    by ``| head``), quietly."""
+    try:
+        CHECKS.get(args.command, lambda _args: None)(args)
         COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+    except UsageError as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        return 2
     except OdlaError as err:
         print(f"odla-tvm: error: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # Python's recipe: stdout to devnull, so that its flush at exit raises nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print("odla-tvm: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 (a bug: one line, the traceback on request)
+        if os.environ.get("ODLA_TVM_DEBUG") == "1":
+            raise
+        line = next((ln for ln in str(err).splitlines() if ln.strip()), "")
+        print(f"odla-tvm: internal error: {type(err).__name__}: {line} (rerun with "
+              "ODLA_TVM_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
     return 0
 

@@ -17,7 +17,11 @@ from .context import argument_data
 from .device import Device, checked_device
 from .executable import (Executable, compile_computation, compile_outputs, load_executable,
                          store_executable)
-from .types import ItemType, OdlaError, Status, ValueType
+from .types import Bf16Mode, ItemType, OdlaError, Status, ValueType
+
+# Session.from_onnx's ``precision``: the ODLA items each name sets on the computation.
+PRECISIONS = {"fp32": {}, "bf16": {ItemType.BF16_MODE: Bf16Mode.PERFORMACE_MODE},
+              "fp16": {ItemType.FP16_MODE: True}}
 
 
 def _describe(model) -> str:
@@ -26,6 +30,22 @@ def _describe(model) -> str:
         return os.path.abspath(os.fspath(model))
     graph = getattr(model, "graph", None)
     return f"ONNX graph {graph.name!r}" if graph is not None else "ONNX model bytes"
+
+
+def precision_items(precision: str | None) -> dict:
+    """The ODLA items of ``precision`` (a name of PRECISIONS, or None for fp32)."""
+    if precision is None:
+        return {}
+    if precision not in PRECISIONS:
+        raise OdlaError(Status.INVALID_PARAM, f"precision is {precision!r}; expected one of "
+                        f"{', '.join(PRECISIONS)}")
+    return PRECISIONS[precision]
+
+
+def set_precision(computation: Computation, precision: str | None) -> None:
+    """Sets the items of ``precision`` (see PRECISIONS) on ``computation``."""
+    for item, value in precision_items(precision).items():
+        set_computation_item(computation, item, value)
 
 
 class Session:
@@ -55,17 +75,21 @@ class Session:
 
     @classmethod
     def from_onnx(cls, model, device: Device | None = None, input_data: dict | None = None,
-                  engine_cache: bool | None = None, cache_dir=None) -> "Session":
+                  engine_cache: bool | None = None, cache_dir=None,
+                  precision: str | None = None) -> "Session":
         """A session over an ONNX model (a path, bytes or onnx.ModelProto) imported through
         the ODLA op API (odla_tvm.frontends.onnx); inputs and outputs keep their ONNX names.
         ``input_data`` fixes graph inputs to data (see ``import_model``). ``engine_cache``
         (ODLA's ENABLE_ENGINE_CACHE; default on unless ODLA_TVM_ENGINE_CACHE=0) keeps the
         compiled engine in ``cache_dir`` (ODLA's CACHE_DIR; default $ODLA_TVM_CACHE_DIR or
         ~/.cache/odla-tvm), so the next load of the same model for the same device reads it
-        instead of compiling (see odla_tvm.engine_cache)."""
+        instead of compiling (see odla_tvm.engine_cache). ``precision`` ("fp32", "bf16" or
+        "fp16"; default fp32) sets the items of PRECISIONS before the compile; it is part of
+        the engine's key."""
         from .frontends.onnx import has_external_data, import_model  # onnx is needed only here
 
         device = checked_device(device)
+        items = precision_items(precision)
         use_cache = engine_cache_module.enabled() if engine_cache is None else bool(engine_cache)
         digest, computation = None, None
         if use_cache and engine_cache_module.digest_remembered(model, cache_dir):
@@ -78,7 +102,8 @@ class Session:
                                         cache_dir)
                 computation = import_model(model, input_data)
                 digest = digesting.result()
-        key = None if digest is None else engine_cache_module.engine_key(digest, device, cache_dir)
+        key = None if digest is None else engine_cache_module.engine_key(
+            digest, device, cache_dir, {"precision": precision} if items else None)
         if key is not None:
             cached = engine_cache_module.load(key, device, cache_dir)
             if cached is not None:
@@ -96,6 +121,7 @@ class Session:
             try:
                 if cache_dir is not None:
                     set_computation_item(computation, ItemType.CACHE_DIR, os.fspath(cache_dir))
+                set_precision(computation, precision)
                 executable = compile_outputs(computation, device, computation.args,
                                              computation.outputs, weight_files)
             finally:

@@ -119,19 +119,23 @@ def test_cli_bench_refuses_bad_input(tmp_path, capsys):
     onnx_model = onnx.load(model)
     onnx_model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "features"
     onnx.save(onnx_model, symbolic)
+    # Mistakes in the arguments are usage errors (2); a file that turns out no model the
+    # bench can feed fails the job (1).
     bad = [
-        ([str(tmp_path / "missing.onnx")], "model file", "missing.onnx' does not exist"),
-        ([str(text)], "notes.onnx' is not an ONNX model", ""),
-        (["--models", "lenet"], "['lenet'] are not light models", "squeezenet"),
-        ([model, "--threads", "0"], "threads is 0; expected an integer >= 1", ""),
-        ([model, "--runs", "2"], "runs is 2; expected an integer >= 3", ""),
-        ([model, "--batch", "0"], "batch is 0", ""),
-        ([str(symbolic)], "input 'x' dim 1 is symbolic (features)", ""),
+        ([str(tmp_path / "missing.onnx")], 2, "model file", "missing.onnx' does not exist"),
+        ([str(text)], 1, "notes.onnx' is not an ONNX model", ""),
+        (["--models", "lenet"], 2, "['lenet'] are not light models", "squeezenet"),
+        ([model, "--threads", "0"], 2, "threads is 0; expected an integer >= 1", ""),
+        ([model, "--runs", "2"], 2, "runs is 2; expected an integer >= 3", ""),
+        ([model, "--batch", "0"], 2, "batch is 0", ""),
+        ([str(symbolic)], 1, "input 'x' dim 1 is symbolic (features)", ""),
     ]
-    for args, fragment, more in bad:
-        assert cli(["bench", *args, "-o", str(tmp_path / "perf.md")]) == 1, args
+    for args, status, fragment, more in bad:
+        assert cli(["bench", *args, "-o", str(tmp_path / "perf.md")]) == status, args
         err = capsys.readouterr().err
-        assert err.startswith("odla-tvm: error:") and fragment in err and more in err, (args, err)
+        prefix = "odla-tvm bench: error:" if status == 2 else "odla-tvm: error:"
+        assert err.startswith(prefix) and fragment in err and more in err, (args, err)
+        assert err.count("\n") == 1, err
     assert not (tmp_path / "perf.md").exists()
 
 

@@ -543,3 +543,33 @@ def test_a_weight_transposed_then_packed_is_never_held_twice_beside_its_original
     assert peaked_mb < 2.5 * 64, f"the first load's peak grew by {peaked_mb} MB"
     np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4)
     assert out.dtype == np.float32 and out.shape == (1, 2048)
+
+
+def test_a_precision_sets_its_item_and_keys_an_engine_of_its_own(tmp_path, monkeypatch):
+    path, reference = _mlp(tmp_path / "m.onnx")
+    compiled = []
+
+    def compile_recording(computation, *args, **kwargs):
+        compiled.append(computation.precision())
+        return compile_outputs(computation, *args, **kwargs)
+
+    compile_outputs = session_module.compile_outputs
+    monkeypatch.setattr(session_module, "compile_outputs", compile_recording)
+    (plain,) = _load(path, tmp_path / "cache").run({"x": X})
+    (half,) = _load(path, tmp_path / "cache", precision="fp16").run({"x": X})
+    (brain,) = _load(path, tmp_path / "cache", precision="bf16").run({"x": X})
+    assert compiled == [None, "fp16", "bf16-performance"]
+    assert len(engine_cache.entries(tmp_path / "cache")) == 3
+    for out in (plain, half, brain):
+        np.testing.assert_allclose(out, reference(X), rtol=5e-2, atol=5e-2)
+        assert out.dtype == np.float32 and out.shape == (2, 3)
+    # fp32 named is the default's engine; fp16 again reads its own.
+    (again,) = _load(path, tmp_path / "cache", precision="fp16").run({"x": X})
+    (named,) = _load(path, tmp_path / "cache", precision="fp32").run({"x": X})
+    assert len(compiled) == 3 and len(engine_cache.entries(tmp_path / "cache")) == 3
+    np.testing.assert_array_equal(again, half)
+    np.testing.assert_array_equal(named, plain)
+    with pytest.raises(odla.OdlaError) as err:
+        _load(path, tmp_path / "cache", precision="int8")
+    assert err.value.status == odla.Status.INVALID_PARAM
+    assert "precision is 'int8'; expected one of fp32, bf16, fp16" in str(err.value)

@@ -318,7 +318,7 @@ def test_a_target_spec_file_written_here_is_this_cpu(tmp_path, capsys):
 def test_a_target_spec_file_is_not_overwritten_unless_forced(tmp_path, capsys):
     path = tmp_path / "mine.json"
     path.write_text("my notes")
-    assert cli(["info", "--target-spec", str(path)]) == 1
+    assert cli(["info", "--target-spec", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--target-spec '{path}' exists; refusing to overwrite it" in err and "--force" in err
     assert path.read_text() == "my notes"
@@ -398,7 +398,7 @@ def test_a_bad_target_spec_file_is_refused(tmp_path, capsys):
         assert f"target spec file '{path}': {fragment}" in message, (name, message)
         assert message.endswith(WRITE_A_SPEC), (name, message)
     assert cli(["export", model, "--target", str(tmp_path / "missing.json"), "-o",
-                str(tmp_path / "bundle")]) == 1
+                str(tmp_path / "bundle")]) == 2
     assert "missing.json': no such file" in capsys.readouterr().err
 
 

@@ -11,6 +11,7 @@ records; every path gets the same inputs and threads, and they are timed in turn
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import tempfile
@@ -20,7 +21,7 @@ import numpy as np
 import targets
 from toolchain import cache_dir as default_cache_dir
 
-from ..types import check_count
+from ..types import OdlaError, Status, check_count
 from .models import LIGHT_MODELS, model_files, model_inputs, read_model
 from .process import PathProcess
 from .results import MATCH_ATOL, MATCH_RTOL, PATHS, ModelResult, PathResult
@@ -35,13 +36,22 @@ IN_TURNS_MAX_S = 2.0
 BENCH_EXTRA = "pip install -e '.[bench]'"
 
 
+def _missing(module: str, name: str) -> str | None:
+    """Why ``module`` cannot be imported here, with the command that installs it (None when
+    it is installed). Only looked up: its path's own process imports it."""
+    if importlib.util.find_spec(module) is None:
+        return f"{name} is not installed (no module named {module!r}); {BENCH_EXTRA}"
+    return None
+
+
 def openvino_missing() -> str | None:
     """Why the openvino path cannot run here (None when it can)."""
-    try:
-        import openvino  # noqa: F401
-    except ImportError as err:
-        return f"OpenVINO is not installed ({err}); {BENCH_EXTRA}"
-    return None
+    return _missing("openvino", "OpenVINO")
+
+
+def onnxruntime_missing() -> str | None:
+    """Why the onnxruntime path, every model's reference, cannot run here (None when it can)."""
+    return _missing("onnxruntime", "onnxruntime")
 
 
 def _matches(outputs, expected) -> bool:
@@ -139,6 +149,9 @@ def bench_models(models: list[tuple[str, str]], threads: int = 2, runs: int = 5,
     model's file and inputs are checked first."""
     check_count(threads, 1, "threads")
     check_count(runs, 3, "runs")
+    missing = onnxruntime_missing()
+    if missing:
+        raise OdlaError(Status.DL_ERROR, missing)
     for _, path in models:
         model_inputs(read_model(path), batch)
     results = []

@@ -1,4 +1,4 @@
-"""docs/perf.md and docs/perf.png from the bench's results."""
+"""The bench's report (as docs/perf.md) and chart (as docs/perf.png) from its results."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from .models import TARGET_MODELS
 from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, PathResult, ms
 from .timing import ALONE_BUDGET_S, SLOW_RUN_S
 
+# The report's first line: how `odla-tvm bench` knows a file it may replace.
+TITLE = "# Performance: ODLA-TVM against onnxruntime and OpenVINO"
 CACHED_GOAL_S = 2.0  # a second load of a model, from the engine cache, at most
 COMPARED = ("default", "tvm", "openvino")  # ratios over onnxruntime, in the chart
 # Goals over onnxruntime: (geo-mean at most, no model above).
@@ -51,7 +53,7 @@ def _ratios(results: list[ModelResult], path: str) -> dict[str, float]:
 def _machine_section(threads, seconds, load) -> list[str]:
     cores = targets.cpu_count()
     return [
-        "# Performance: ODLA-TVM against onnxruntime and OpenVINO",
+        TITLE,
         "",
         (f"Written by `scripts/bench.py` (`odla-tvm bench`) in {seconds / 60:.0f} min on "
          f"{_cpu_model()}, {cores} cores usable, {platform.system()} {platform.release()}; "
