@@ -1,0 +1,229 @@
+// The run path: loading a stored executable into TVM's runtime, running it on a context's
+// bindings, and the executable and context entry points of odla_compute.h.
+#include "runtime.h"
+
+#include <tvm/ffi/container/array.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <thread>
+
+namespace ffi = tvm::ffi;
+
+namespace odla_tvm {
+
+namespace {
+
+constexpr size_t kAlignment = 64;  // what TVM's kernels assume of their operands
+
+struct AlignedAlloc {
+  void AllocData(DLTensor* t) {
+    size_t bytes = (ffi::GetDataSize(*t) + kAlignment - 1) / kAlignment * kAlignment;
+    t->data = std::aligned_alloc(kAlignment, bytes == 0 ? kAlignment : bytes);
+    if (t->data == nullptr) throw std::bad_alloc();
+  }
+  void FreeData(DLTensor* t) { std::free(t->data); }
+};
+
+struct Borrowed {  // the caller's memory, used in place
+  void* data;
+  void AllocData(DLTensor* t) { t->data = data; }
+  void FreeData(DLTensor*) {}
+};
+
+ffi::Shape Dims(const odla_value_shape& shape) {
+  return ffi::Shape(std::vector<int64_t>(shape.dims, shape.dims + shape.size));
+}
+
+ffi::Tensor Copy(const Array& array) {
+  ffi::Tensor t = ffi::Tensor::FromNDAlloc(AlignedAlloc(), ffi::Shape(array.shape), array.dtype,
+                                           DLDevice{kDLCPU, 0});
+  std::memcpy(t.GetDLTensorPtr()->data, array.data.data(), array.data.size());
+  return t;
+}
+
+std::unique_ptr<_odla_value> SlotValue(const Slot& slot) {
+  auto value = std::make_unique<_odla_value>();
+  value->id = slot.id;
+  value->type = slot.type;
+  return value;
+}
+
+// The compiled library in `bytes`, written to a private file, loaded, and unlinked.
+ffi::Module LoadLibrary(std::string_view bytes) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/odla-tvm-XXXXXX.so";
+  int fd = mkstemps(path.data(), 3);
+  if (fd < 0) throw Error(ODLA_FILE_NOT_EXIST, "cannot write a temporary file in " + path);
+  bool written = write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  close(fd);
+  struct Unlink {
+    std::string path;
+    ~Unlink() { unlink(path.c_str()); }
+  } unlink_after{path};
+  if (!written) throw Error(ODLA_MEM_ERROR, "cannot write the compiled library to " + path);
+  return ffi::Module::LoadFromFile(path);
+}
+
+// Takes an idle VM of `exe` or makes one; gives it back when destroyed.
+class VmLease {
+ public:
+  explicit VmLease(_odla_executable& exe) : exe_(exe) {
+    {
+      std::lock_guard<std::mutex> lock(exe.pool_mutex);
+      if (!exe.idle.empty()) {
+        vm_ = std::move(exe.idle.back());
+        exe.idle.pop_back();
+        return;
+      }
+    }
+    vm_.module = (*exe.library)->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
+    // device type, id, allocator (2: pooled) for the device, then the same for the host
+    (*vm_.module)->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, 2,
+                                                         static_cast<int>(kDLCPU), 0, 2);
+    vm_.main = (*vm_.module)->GetFunction("main").value();
+  }
+  ~VmLease() {
+    std::lock_guard<std::mutex> lock(exe_.pool_mutex);
+    exe_.idle.push_back(std::move(vm_));
+  }
+  const ffi::Function& main() const { return vm_.main; }
+
+ private:
+  _odla_executable& exe_;
+  _odla_executable::Vm vm_;
+};
+
+// The shape argument `slot` runs with: its own, or the context's run-time shape where dynamic.
+const odla_value_shape& ArgumentShape(const _odla_value& slot, const _odla_context& ctx) {
+  bool dynamic = false;
+  for (int i = 0; i < slot.type.shape.size; ++i) dynamic |= slot.type.shape.dims[i] < 0;
+  if (!dynamic) return slot.type.shape;
+  auto found = ctx.shapes.find(slot.id);
+  if (found == ctx.shapes.end())
+    throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " has the dynamic shape " +
+                                        ShapeText(slot.type.shape) +
+                                        "; give its run-time shape with odla_SetRuntimeShape");
+  const odla_value_shape& shape = found->second;
+  bool fits = shape.size == slot.type.shape.size;
+  for (int i = 0; fits && i < shape.size; ++i)
+    fits = shape.dims[i] >= 0 && (slot.type.shape.dims[i] < 0 || slot.type.shape.dims[i] == shape.dims[i]);
+  if (!fits)
+    throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " has the run-time shape " +
+                                        ShapeText(shape) + "; its type allows " +
+                                        ShapeText(slot.type.shape));
+  return shape;
+}
+
+bool SameShape(const odla_value_shape& a, const odla_value_shape& b) {
+  return a.size == b.size && std::equal(a.dims, a.dims + a.size, b.dims);
+}
+
+// The tensor argument `index` runs from: the caller's memory where aligned, else a copy.
+const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_context& ctx) {
+  auto bound = ctx.inputs.find(slot.id);
+  if (bound == ctx.inputs.end() || bound->second == nullptr)
+    throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " is not bound; bind it with "
+                                    "odla_BindToArgument or odla_BindToArgumentById");
+  const odla_value_shape& shape = ArgumentShape(slot, ctx);
+  _odla_context::Input& input = ctx.cached[index];
+  const void* data = bound->second;
+  if (input.tensor.defined() && input.data == data && SameShape(input.shape, shape)) {
+    if (input.staged)
+      std::memcpy(input.tensor.GetDLTensorPtr()->data, data, ffi::GetDataSize(*input.tensor.GetDLTensorPtr()));
+    return input.tensor;
+  }
+  DLDataType dtype = DataType(slot.type.element_type);
+  input.staged = reinterpret_cast<uintptr_t>(data) % kAlignment != 0;
+  input.tensor = input.staged
+      ? ffi::Tensor::FromNDAlloc(AlignedAlloc(), Dims(shape), dtype, DLDevice{kDLCPU, 0})
+      : ffi::Tensor::FromNDAlloc(Borrowed{const_cast<void*>(data)}, Dims(shape), dtype,
+                                 DLDevice{kDLCPU, 0});
+  if (input.staged)
+    std::memcpy(input.tensor.GetDLTensorPtr()->data, data, ffi::GetDataSize(*input.tensor.GetDLTensorPtr()));
+  input.data = data;
+  input.shape = shape;
+  return input.tensor;
+}
+
+void StoreOutput(const _odla_value& slot, const DLTensor& result, _odla_context& ctx) {
+  odla_value_shape shape{};
+  shape.size = result.ndim;
+  std::copy(result.shape, result.shape + result.ndim, shape.dims);
+  ctx.shapes[slot.id] = shape;
+  auto bound = ctx.outputs.find(slot.id);
+  if (bound != ctx.outputs.end() && bound->second != nullptr)
+    std::memcpy(bound->second, static_cast<const char*>(result.data) + result.byte_offset,
+                ffi::GetDataSize(result));
+}
+
+}  // namespace
+
+void Launch(_odla_executable& exe, _odla_context& ctx) {
+  std::lock_guard<std::mutex> lock(ctx.run_mutex);
+  if (ctx.inputs_of != &exe) {
+    ctx.cached.assign(exe.args.size(), {});
+    ctx.inputs_of = &exe;
+  }
+  std::vector<ffi::AnyView> packed;
+  packed.reserve(exe.args.size() + exe.extra.size());
+  for (size_t i = 0; i < exe.args.size(); ++i) packed.emplace_back(InputTensor(*exe.args[i], i, ctx));
+  for (const ffi::Tensor& t : exe.extra) packed.emplace_back(t);
+  ffi::Any result;
+  {
+    VmLease vm(exe);
+    vm.main().CallPacked(packed.data(), static_cast<int32_t>(packed.size()), &result);
+  }
+  if (auto single = result.try_cast<ffi::Tensor>()) {
+    if (exe.outputs.size() != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR, "the module returned one tensor");
+    StoreOutput(*exe.outputs[0], *single->GetDLTensorPtr(), ctx);
+    return;
+  }
+  auto results = result.cast<ffi::Array<ffi::Any>>();
+  if (results.size() != exe.outputs.size())
+    throw Error(ODLA_INTERNAL_LOGIC_ERR, "the module returned " + std::to_string(results.size()) +
+                                             " tensors for " + std::to_string(exe.outputs.size()) +
+                                             " outputs");
+  for (size_t i = 0; i < exe.outputs.size(); ++i)
+    StoreOutput(*exe.outputs[i], *results[i].cast<ffi::Tensor>().GetDLTensorPtr(), ctx);
+}
+
+std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what) {
+  auto exe = std::make_shared<_odla_executable>();
+  exe->blob = std::move(blob);
+  StoredExecutable stored = ParseStoredExecutable(exe->blob, what);
+  for (const Slot& s : stored.args) exe->args.push_back(SlotValue(s));
+  for (const Slot& s : stored.outputs) exe->outputs.push_back(SlotValue(s));
+  for (const Array& a : stored.variable_data) exe->extra.push_back(Copy(a));
+  for (const Array& a : stored.weights) exe->extra.push_back(Copy(a));
+  try {
+    exe->library = LoadLibrary(stored.library);
+    VmLease first(*exe);  // fails here, not at the first launch, if the library is foreign
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(ODLA_INVALID_PARAM, what + ": its compiled library does not load: " + e.what());
+  }
+  return exe;
+}
+
+void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value) {
+  switch (type) {
+    case ODLA_ASYNC_CALLBACK_FUNC:
+      ctx.callback = reinterpret_cast<int (*)(void*, odla_status)>(value);
+      return;
+    case ODLA_ASYNC_CALLBACK_ARG:
+      ctx.callback_arg = reinterpret_cast<void*>(value);
+      return;
+    default:
+      throw Error(ODLA_UNSUPPORTED_DATATYPE, "context item " + std::to_string(type) +
+                                                 " has no meaning here; the context takes "
+                                                 "ASYNC_CALLBACK_FUNC and ASYNC_CALLBACK_ARG");
+  }
+}
+
+}  // namespace odla_tvm
