@@ -14,13 +14,14 @@ SOURCES = Path(__file__).with_name("c_api")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def compile_program(output: Path, sources, compiler: str = "g++", flags=()) -> Path:
+def compile_program(output: Path, sources, compiler: str = "g++", flags=(),
+                    libraries=()) -> Path:
     """Compiles ``sources`` (paths; .c files as C) into the program ``output``, linked
-    against the library with the flags ``odla-tvm config`` prints."""
+    against the library with the flags ``odla-tvm config`` prints, then ``libraries``."""
     command = [compiler, *flags, *libodla.cflags(), "-o", str(output)]
     for source in sources:
         command += ["-x", "c" if str(source).endswith(".c") else "c++", str(source)]
-    command += ["-x", "none", *libodla.libs(), "-pthread"]
+    command += ["-x", "none", *libodla.libs(), *libraries, "-pthread"]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, f"{' '.join(command)}\n{done.stderr[-3000:]}"
     return output
