@@ -8,6 +8,8 @@
 
 #include <cstring>
 
+#include "sha256.h"
+
 namespace ffi = tvm::ffi;
 
 namespace odla_tvm {
@@ -265,7 +267,10 @@ StoredExecutable ParseStoredExecutable(const std::string& blob, const std::strin
     uint64_t offset = Integer(entry, "offset", r), size = Integer(entry, "size", r);
     if (offset > bytes.size() - body || size > bytes.size() - body - offset)
       r.Fail(std::string("section ") + name + " is truncated");
-    return bytes.substr(body + offset, size);
+    std::string_view chunk = bytes.substr(body + offset, size);
+    if (Sha256Hex(chunk) != Text(entry, "sha256", r))  // before any of it is loaded
+      r.Fail(std::string("section ") + name + " fails its sha256 checksum (altered or damaged)");
+    return chunk;
   };
   stored.library = section("library");
   if (stored.library.empty()) r.Fail("it has no library");
