@@ -115,9 +115,10 @@ _odla_computation& Current() {
   return *current;
 }
 
-// Calls the build library; the handles of the Values it returns.
-std::vector<odla_value> Call(_odla_computation* computation, const char* function,
-                             std::initializer_list<Arg> args) {
+}  // namespace
+
+std::vector<odla_value> Values(_odla_computation* computation, const char* function,
+                               std::initializer_list<Arg> args) {
   std::vector<odla_tvm_arg> prepared;
   for (const Arg& a : args) {  // the C structs, pointing into each Arg's own storage
     odla_tvm_arg c = a;
@@ -145,6 +146,14 @@ std::vector<odla_value> Call(_odla_computation* computation, const char* functio
     }
     value->id = id;
     value->computation = computation;
+    if (computation != nullptr) {
+      auto known = computation->by_id.find(value->id);
+      if (known != computation->by_id.end() && known->second->object == results[i]) {
+        compiler.release(results[i]);  // a Value it has a handle for
+        values.push_back(known->second);
+        continue;
+      }
+    }
     values.push_back(value.get());
     if (computation != nullptr) {
       computation->by_id[value->id] = value.get();
@@ -157,10 +166,21 @@ std::vector<odla_value> Call(_odla_computation* computation, const char* functio
   return values;
 }
 
-}  // namespace
+Arg Self(_odla_computation* computation) {
+  Arg self;
+  self.kind = ODLA_TVM_ARG_OBJECT;
+  self.object = Require(computation, "computation")->object;
+  return self;
+}
+
+int64_t Integer(_odla_computation* computation, const char* function) {
+  odla_int64 result = 0;
+  CheckCompiler(Compiler().integer(function, Require(computation, "computation")->object, &result));
+  return result;
+}
 
 odla_value Op(const char* function, std::initializer_list<Arg> args) {
-  std::vector<odla_value> values = Call(&Current(), function, args);
+  std::vector<odla_value> values = Values(&Current(), function, args);
   if (values.size() != 1)
     throw Error(ODLA_INTERNAL_LOGIC_ERR, std::string(function) + " gave " +
                                              std::to_string(values.size()) + " values");
@@ -168,7 +188,7 @@ odla_value Op(const char* function, std::initializer_list<Arg> args) {
 }
 
 odla_values Ops(const char* function, std::initializer_list<Arg> args) {
-  std::vector<odla_value> values = Call(&Current(), function, args);
+  std::vector<odla_value> values = Values(&Current(), function, args);
   odla_values result{};
   result.size = values.size();
   std::copy(values.begin(), values.end(), result.values);
@@ -176,7 +196,7 @@ odla_values Ops(const char* function, std::initializer_list<Arg> args) {
 }
 
 void Do(_odla_computation* computation, const char* function, std::initializer_list<Arg> args) {
-  Call(computation, function, args);
+  Values(computation, function, args);
   if (computation != nullptr) computation->changed_since_compile = true;
 }
 
@@ -220,17 +240,10 @@ size_t DataSize(const _odla_value& value) {
   return static_cast<size_t>(ElementCount(value.type.shape)) * ElementSize(value.type.element_type);
 }
 
-void AddOutput(_odla_value* value) {
-  Do(value->computation, "set_value_as_output", {V(value)});
-  auto& outputs = value->computation->outputs;
-  if (std::find(outputs.begin(), outputs.end(), value) == outputs.end()) outputs.push_back(value);
-}
+void AddOutput(_odla_value* value) { Do(value->computation, "set_value_as_output", {V(value)}); }
 
-odla_value Created(const char* function, const odla_value_type& type, odla_value_id id,
-                   std::vector<_odla_value*> _odla_computation::*list) {
-  odla_value value = Op(function, {Type(type), Id(id)});
-  if (list != nullptr) (value->computation->*list).push_back(value);
-  return value;
+odla_value Created(const char* function, const odla_value_type& type, odla_value_id id) {
+  return Op(function, {Type(type), Id(id)});
 }
 
 }  // namespace
@@ -267,11 +280,8 @@ odla_status odla_DestroyComputation(odla_computation computation) {
     std::unique_ptr<_odla_computation> comp(Require(computation, "computation"));
     if (CurrentComputation() == comp.get()) CurrentComputation() = nullptr;
     const odla_tvm_compiler_api& compiler = Compiler();
-    Arg self;
-    self.kind = ODLA_TVM_ARG_OBJECT;
-    self.object = comp->object;
     odla_status status = Guard(__func__, [&] {
-      Do(nullptr, "destroy_computation", {self});
+      Do(nullptr, "destroy_computation", {Self(comp.get())});
       return ODLA_SUCCESS;
     });
     for (auto& value : comp->values) compiler.release(value->object);
@@ -281,15 +291,15 @@ odla_status odla_DestroyComputation(odla_computation computation) {
 }
 
 odla_value odla_CreateArgument(const odla_value_type value_type, const odla_value_id value_id) {
-  ODLA_OP(Created("create_argument", value_type, value_id, &_odla_computation::args));
+  ODLA_OP(Created("create_argument", value_type, value_id));
 }
 
 odla_value odla_CreateValue(const odla_value_type value_type, const odla_value_id value_id) {
-  ODLA_OP(Created("create_value", value_type, value_id, nullptr));
+  ODLA_OP(Created("create_value", value_type, value_id));
 }
 
 odla_value odla_CreateVariable(const odla_value_type value_type, const odla_value_id value_id) {
-  ODLA_OP(Created("create_variable", value_type, value_id, nullptr));
+  ODLA_OP(Created("create_variable", value_type, value_id));
 }
 
 odla_value odla_CreateConstant(const odla_value_type value_type, const odla_void* data_ptr,

@@ -45,8 +45,14 @@ size_t Count(size_t count, const char* what);  // an array length, at most ODLA_
 // odla_tvm.<function>(*args) in the current computation: its one Value, or its Values.
 odla_value Op(const char* function, std::initializer_list<Arg> args);
 odla_values Ops(const char* function, std::initializer_list<Arg> args);
-// The same, in `computation` (NULL: none made current), returning nothing.
+// The same in `computation` (NULL: none made current), giving the Values' handles: those
+// the computation has already for Values it returned before.
+std::vector<odla_value> Values(_odla_computation* computation, const char* function,
+                               std::initializer_list<Arg> args);
 void Do(_odla_computation* computation, const char* function, std::initializer_list<Arg> args);
+Arg Self(_odla_computation* computation);  // the computation itself, as an argument
+// odla_tvm.<function>(computation), an integer.
+int64_t Integer(_odla_computation* computation, const char* function);
 
 }  // namespace odla_tvm
 

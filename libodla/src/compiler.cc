@@ -142,7 +142,10 @@ PyObject* Data(const odla_tvm_arg& arg) {
   if (view != nullptr && numpy != nullptr) {
     PyObject* flat = PyObject_CallMethod(numpy, "frombuffer", "OO", view, dtype);
     PyObject* dims = Dims(arg.type.shape);
-    if (flat != nullptr) array = PyObject_CallMethod(flat, "reshape", "O", dims);
+    PyObject* reshape = flat ? PyObject_GetAttrString(flat, "reshape") : nullptr;
+    // called with the tuple as its one argument (a () shape is a scalar's)
+    if (reshape != nullptr) array = PyObject_CallFunctionObjArgs(reshape, dims, nullptr);
+    Py_XDECREF(reshape);
     Py_XDECREF(flat);
     Py_DECREF(dims);
     if (array != nullptr) {
@@ -251,6 +254,20 @@ odla_status Call(const char* function, odla_tvm_object computation, const odla_t
   odla_status status = Results(result, results, result_count);
   Py_DECREF(result);
   return status;
+}
+
+odla_status Integer(const char* function, odla_tvm_object computation, odla_int64* result) {
+  if (odla_status s = Started()) return s;
+  Gil gil;
+  PyObject* callable = Api(function);
+  PyObject* value = callable ? PyObject_CallFunctionObjArgs(
+                                   callable, static_cast<PyObject*>(computation), nullptr)
+                             : nullptr;
+  Py_XDECREF(callable);
+  if (value == nullptr) return TakeError();
+  *result = PyLong_AsLongLong(value);
+  Py_DECREF(value);
+  return PyErr_Occurred() ? TakeError() : ODLA_SUCCESS;
 }
 
 odla_status Describe(odla_tvm_object object, const char** id, odla_value_type* type) {
@@ -364,7 +381,7 @@ void Release(odla_tvm_object object) {
 
 const char* LastError() { return last_error.c_str(); }
 
-const odla_tvm_compiler_api api = {Call, Describe, Compile, FreeBytes, ReadData, Release, LastError};
+const odla_tvm_compiler_api api = {Call, Integer, Describe, Compile, FreeBytes, ReadData, Release, LastError};
 
 }  // namespace
 

@@ -44,6 +44,8 @@ typedef struct {
   odla_status (*call)(const char* function, odla_tvm_object computation,
                       const odla_tvm_arg* args, odla_size_t count,
                       odla_tvm_object* results, odla_size_t* result_count);
+  /* odla_tvm.<function>(computation) where it gives an integer. */
+  odla_status (*integer)(const char* function, odla_tvm_object computation, odla_int64* result);
   /* A Value's id (valid while the object lives) and type. */
   odla_status (*describe)(odla_tvm_object value, const char** id, odla_value_type* type);
   /* compile_computation then store_executable(None): the stored executable's bytes, which

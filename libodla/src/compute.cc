@@ -73,13 +73,6 @@ _odla_value* ArgumentOf(const std::vector<std::unique_ptr<_odla_value>>& slots, 
   return slots[idx].get();
 }
 
-_odla_value* IndexOf(const std::vector<_odla_value*>& values, uint32_t idx, const char* what) {
-  if (idx >= values.size())
-    throw Error(ODLA_INVALID_PARAM, std::string(what) + " index " + std::to_string(idx) +
-                                        " is out of range (" + std::to_string(values.size()) + ")");
-  return values[idx];
-}
-
 std::string ReadFile(const std::string& path) {
   struct stat info;
   if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode))
@@ -136,7 +129,8 @@ odla_status odla_AsyncExecuteComputation(const odla_computation computation,
 odla_status odla_GetNumOfArgsFromComputation(const odla_computation computation,
                                              odla_uint32* num_args) {
   return Guard(__func__, [&] {
-    *Require(num_args, "num_args") = static_cast<odla_uint32>(Require(computation, "computation")->args.size());
+    *Require(num_args, "num_args") =
+        static_cast<odla_uint32>(Integer(computation, "get_num_of_args_from_computation"));
     return ODLA_SUCCESS;
   });
 }
@@ -144,7 +138,9 @@ odla_status odla_GetNumOfArgsFromComputation(const odla_computation computation,
 odla_status odla_GetArgFromComputationByIdx(const odla_computation computation,
                                             const odla_uint32 arg_idx, odla_value* arg_value) {
   return Guard(__func__, [&] {
-    *Require(arg_value, "arg_value") = IndexOf(Require(computation, "computation")->args, arg_idx, "argument");
+    Require(arg_value, "arg_value");
+    *arg_value = Values(computation, "get_arg_from_computation_by_idx",
+                        {Self(computation), I(arg_idx)}).at(0);
     return ODLA_SUCCESS;
   });
 }
@@ -153,7 +149,7 @@ odla_status odla_GetNumOfOutputsFromComputation(const odla_computation computati
                                                 odla_uint32* num_outputs) {
   return Guard(__func__, [&] {
     *Require(num_outputs, "num_outputs") =
-        static_cast<odla_uint32>(Require(computation, "computation")->outputs.size());
+        static_cast<odla_uint32>(Integer(computation, "get_num_of_outputs_from_computation"));
     return ODLA_SUCCESS;
   });
 }
@@ -162,8 +158,9 @@ odla_status odla_GetOutputFromComputationByIdx(const odla_computation computatio
                                                const odla_uint32 output_idx,
                                                odla_value* output_value) {
   return Guard(__func__, [&] {
-    *Require(output_value, "output_value") =
-        IndexOf(Require(computation, "computation")->outputs, output_idx, "output");
+    Require(output_value, "output_value");
+    *output_value = Values(computation, "get_output_from_computation_by_idx",
+                           {Self(computation), I(output_idx)}).at(0);
     return ODLA_SUCCESS;
   });
 }
@@ -193,10 +190,7 @@ odla_status odla_SetComputationItem(odla_computation computation, odla_item_type
                     "computation item " + std::to_string(type) + " is not taken from C; "
                     "dynamic shapes go through odla_SetValueShapeInfo");
     }
-    Arg self;
-    self.kind = ODLA_TVM_ARG_OBJECT;
-    self.object = computation->object;
-    Do(computation, "set_computation_item", {self, I(type), item});
+    Do(computation, "set_computation_item", {Self(computation), I(type), item});
     return ODLA_SUCCESS;
   });
 }
@@ -212,11 +206,7 @@ odla_status odla_SetValueShapeInfo(odla_value value, odla_item_type type,
 
 odla_status odla_DifferentiateComputation(odla_computation computation) {
   return Guard(__func__, [&] {
-    Require(computation, "computation");
-    Arg self;
-    self.kind = ODLA_TVM_ARG_OBJECT;
-    self.object = computation->object;
-    Do(computation, "differentiate_computation", {self});
+    Do(computation, "differentiate_computation", {Self(computation)});
     return ODLA_SUCCESS;
   });
 }

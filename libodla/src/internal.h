@@ -90,7 +90,6 @@ struct _odla_computation {
   odla_tvm_object object = nullptr;
   std::vector<std::unique_ptr<_odla_value>> values;
   std::unordered_map<std::string, _odla_value*> by_id;
-  std::vector<_odla_value*> args, outputs;
   std::mutex compile_mutex;  // the first ExecuteComputation compiles, once
   std::shared_ptr<_odla_executable> compiled;
   bool changed_since_compile = true;
