@@ -207,6 +207,19 @@ def cache(args) -> None:
               f"{entry.model}")
 
 
+def config(args) -> None:
+    """The C library's compile and link flags (built first where it is not yet)."""
+    import libodla
+
+    libodla.build(force=args.build)
+    flags = ([*libodla.cflags()] if args.cflags else []) + ([*libodla.libs()] if args.libs else [])
+    if args.libdir:
+        flags.append(str(libodla.library_dir()))
+    if not (args.cflags or args.libs or args.libdir):
+        flags = [*libodla.cflags(), *libodla.libs()]
+    print(" ".join(flags))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="odla-tvm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -294,6 +307,14 @@ def main(argv=None) -> int:
     cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
     cache_parser.add_argument("--cache-dir", help="the cache directory (default "
                               "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
+    config_parser = commands.add_parser(
+        "config", help="flags to compile and link a C program against ODLA's C API "
+        "(libodla_tvm.so, built here first if need be)")
+    config_parser.add_argument("--cflags", action="store_true", help="the headers' folder")
+    config_parser.add_argument("--libs", action="store_true", help="link flags, with an rpath")
+    config_parser.add_argument("--libdir", action="store_true",
+                               help="the library's folder (odla_tvm.pc is there)")
+    config_parser.add_argument("--build", action="store_true", help="rebuild the library")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -311,6 +332,8 @@ def main(argv=None) -> int:
             rpc_server(args)
         elif args.command == "cache":
             cache(args)
+        elif args.command == "config":
+            config(args)
         else:
             demo.main(args.batch, args.runs)
     except OdlaError as err:
