@@ -100,3 +100,27 @@ def test_generated_model_compiles_at_first_execute_and_matches_numpy(generated_c
     expected, expected_best = cnn_reference(cnn_arrays())
     np.testing.assert_allclose(probabilities, expected, rtol=1e-4, atol=1e-6)
     assert best == expected_best
+
+
+def test_config_flags_and_pkg_config_build_a_program(library, tmp_path, capsys):
+    from odla_tvm import cli
+
+    assert cli.main(["config", "--cflags", "--libs"]) == 0
+    flags = capsys.readouterr().out.split()
+    assert flags == [*libodla.cflags(), *libodla.libs()]
+    assert cli.main(["config", "--libdir"]) == 0
+    libdir = Path(capsys.readouterr().out.strip())
+    assert (libdir / "libodla_tvm.so").is_file() and (libdir / "odla_tvm.pc").is_file()
+    source = tmp_path / "version.c"
+    source.write_text('#include <ODLA/odla.h>\n#include <stdio.h>\n'
+                      'int main(void) { puts(odla_GetVersionString()); return 0; }\n')
+    if shutil.which("pkg-config"):
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "odla_tvm"], check=True,
+                               capture_output=True, text=True,
+                               env={"PKG_CONFIG_PATH": str(libdir)}).stdout.split()
+    subprocess.run(["gcc", "-std=c99", str(source), "-o", str(tmp_path / "version"), *flags],
+                   check=True)
+    # runs with no LD_LIBRARY_PATH: the rpath finds the library
+    done = subprocess.run([str(tmp_path / "version")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout.startswith("odla-tvm")
