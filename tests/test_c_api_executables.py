@@ -1,6 +1,7 @@
 """The C library's executables across processes and languages: examples/c's programs build a
 CNN in C and store it, Python loads it; Python stores one and a C process loads and runs it
-with neither libpython nor TVM's compiler mapped, on 8 threads at once."""
+with neither libpython nor TVM's compiler mapped, on 8 threads at once; and a bundle Python
+exported."""
 
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ def python_stored(tmp_path_factory):
     exe = odla.compile_computation(comp)
     path = directory / "model.odla"
     odla.store_executable(str(path), exe)
+    odla.export(exe, None, directory / "bundle")
     expected = odla.Session(exe).run({"x": x}, ["y", "k"])
     odla.destroy_computation(comp)
     x_file = directory / "x.bin"
@@ -136,3 +138,11 @@ def test_eight_threads_run_one_executable_with_their_own_contexts(examples, pyth
                          "--repeat", "20")
     np.testing.assert_array_equal(y, y_expected)
     np.testing.assert_array_equal(k, k_expected)
+
+
+def test_exported_bundle_runs_in_c(examples, python_stored, tmp_path):
+    path, x_file, (y_expected, k_expected) = python_stored
+    stdout, y, k = run_stored(examples, path.with_name("bundle"), x_file, tmp_path / "out")
+    np.testing.assert_array_equal(y, y_expected)
+    np.testing.assert_array_equal(k, k_expected)
+    assert "maps libpython: no" in stdout and "maps libtvm_compiler: no" in stdout

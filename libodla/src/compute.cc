@@ -220,6 +220,11 @@ odla_status odla_LoadExecutable(odla_resource_location location, odla_device dev
     std::string blob, what;
     if (location.location_type == ODLA_LOCATION_PATH) {
       what = static_cast<const char*>(location.location);
+      struct stat info;
+      if (stat(what.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {  // an exported bundle
+        *executable = Register(LoadBundle(what));
+        return ODLA_SUCCESS;
+      }
       blob = ReadFile(what);
     } else if (location.location_type == ODLA_LOCATION_MEMORY) {
       what = "the executable in memory";
@@ -235,6 +240,9 @@ odla_status odla_LoadExecutable(odla_resource_location location, odla_device dev
 odla_status odla_StoreExecutable(odla_resource_location location, odla_executable executable) {
   return Guard(__func__, [&] {
     std::shared_ptr<_odla_executable> exe = Executable(executable);
+    if (exe->blob.empty())
+      throw Error(ODLA_UNSUPPORTED_OP, "an executable loaded from a bundle is stored by copying "
+                                       "the bundle's folder");
     if (location.location_type != ODLA_LOCATION_PATH)
       throw Error(ODLA_UNSUPPORTED_DATATYPE, "executables are stored to a PATH (odla-tvm's "
                                              "stored executable, which Python loads too)");

@@ -105,6 +105,8 @@ const odla_tvm_compiler_api& Compiler();
 
 // Loads an executable from a stored executable's bytes.
 std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what);
+// Loads the exported bundle in the folder `root`.
+std::shared_ptr<_odla_executable> LoadBundle(const std::string& root);
 
 // NULL or a device of this library (the CPU); else throws.
 void CheckCpuDevice(odla_device device);

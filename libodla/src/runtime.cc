@@ -192,16 +192,17 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
     StoreOutput(*exe.outputs[i], *results[i].cast<ffi::Tensor>().GetDLTensorPtr(), ctx);
 }
 
-std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what) {
-  auto exe = std::make_shared<_odla_executable>();
-  exe->blob = std::move(blob);
-  StoredExecutable stored = ParseStoredExecutable(exe->blob, what);
+namespace {
+
+std::shared_ptr<_odla_executable> Loaded(std::shared_ptr<_odla_executable> exe,
+                                         const StoredExecutable& stored, const std::string& what) {
   for (const Slot& s : stored.args) exe->args.push_back(SlotValue(s));
   for (const Slot& s : stored.outputs) exe->outputs.push_back(SlotValue(s));
   for (const Array& a : stored.variable_data) exe->extra.push_back(Copy(a));
   for (const Array& a : stored.weights) exe->extra.push_back(Copy(a));
   try {
-    exe->library = LoadLibrary(stored.library);
+    exe->library = stored.library_path.empty() ? LoadLibrary(stored.library)
+                                               : ffi::Module::LoadFromFile(stored.library_path);
     VmLease first(*exe);  // fails here, not at the first launch, if the library is foreign
   } catch (const Error&) {
     throw;
@@ -209,6 +210,18 @@ std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const st
     throw Error(ODLA_INVALID_PARAM, what + ": its compiled library does not load: " + e.what());
   }
   return exe;
+}
+
+}  // namespace
+
+std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what) {
+  auto exe = std::make_shared<_odla_executable>();
+  exe->blob = std::move(blob);
+  return Loaded(exe, ParseStoredExecutable(exe->blob, what), what);
+}
+
+std::shared_ptr<_odla_executable> LoadBundle(const std::string& root) {
+  return Loaded(std::make_shared<_odla_executable>(), ParseBundle(root), root);
 }
 
 void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value) {

@@ -7,6 +7,8 @@
 #include <tvm/ffi/string.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "sha256.h"
 
@@ -208,7 +210,68 @@ std::vector<Array> ParseNpz(std::string_view zip, const char* prefix, size_t exp
   return arrays;
 }
 
+// What a stored executable's and a bundle's manifests share: the machine and the slots.
+StoredExecutable ParseManifest(const ffi::json::Object& manifest, const std::string& what,
+                               const Reader& r) {
+  std::string arch = Text(manifest, "arch", r), kind = Text(manifest, "device_kind", r);
+#if defined(__x86_64__)
+  const char* here = "x86_64";
+#elif defined(__aarch64__)
+  const char* here = "aarch64";
+#else
+  const char* here = "";
+#endif
+  if (arch != here || kind != "cpu")
+    throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE, what + " holds code for a " + arch + " " + kind +
+                                                  "; this library runs " + here + " CPU code");
+  StoredExecutable stored;
+  stored.args = Slots(manifest, "args", r);
+  stored.outputs = Slots(manifest, "outputs", r);
+  stored.variables = Slots(manifest, "variables", r);
+  return stored;
+}
+
+std::string ReadWhole(const std::string& path, const Reader& r) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) r.Fail(path + " is missing");
+  return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+// The .npy file a manifest entry names, read into `stored.held`.
+Array BundleArray(StoredExecutable& stored, const std::string& root, const ffi::Any& entry,
+                  const Reader& r) {
+  auto object = entry.try_cast<ffi::json::Object>();
+  if (!object) r.Fail("an entry of its manifest is not an object");
+  stored.held.push_back(ReadWhole(root + "/" + Text(*object, "file", r), r));
+  return ParseNpy(stored.held.back(), r);
+}
+
 }  // namespace
+
+StoredExecutable ParseBundle(const std::string& root) {
+  Reader r{root};
+  std::string text = ReadWhole(root + "/manifest.json", r);
+  ffi::String error;
+  auto manifest = ffi::json::Parse(ffi::String(text), &error).try_cast<ffi::json::Object>();
+  if (!manifest || !error.empty()) r.Fail("its manifest.json is unreadable");
+  if (Text(*manifest, "format", r) != "odla-tvm-bundle/1")
+    r.Fail("its manifest.json is not of format odla-tvm-bundle/1");
+  StoredExecutable stored = ParseManifest(*manifest, root, r);
+  ffi::json::Object files = Field(*manifest, "files", r);
+  for (const auto& [name, digest] : files) {  // every file as the manifest lists it
+    std::string path = root + "/" + std::string(name.cast<ffi::String>());
+    auto expected = digest.try_cast<ffi::String>();
+    if (!expected || Sha256Hex(ReadWhole(path, r)) != std::string(*expected))
+      r.Fail(path + " was altered: its sha256 differs from the manifest's");
+  }
+  if (files.find(ffi::String("model.so")) == files.end()) r.Fail("its manifest lacks model.so");
+  stored.library_path = root + "/model.so";
+  for (const ffi::Any& slot : List(*manifest, "variables", r))
+    stored.variable_data.push_back(BundleArray(stored, root, slot, r));
+  for (const ffi::Any& weight : List(*manifest, "weights", r))
+    stored.weights.push_back(BundleArray(stored, root, weight, r));
+  return stored;
+}
 
 DLDataType DataType(odla_element_type type) {
   switch (type) {
@@ -244,21 +307,7 @@ StoredExecutable ParseStoredExecutable(const std::string& blob, const std::strin
       ffi::json::Parse(ffi::String(std::string(bytes.substr(kHeaderSize, manifest_len))), &error);
   auto manifest = parsed.try_cast<ffi::json::Object>();
   if (!manifest || !error.empty()) r.Fail("its manifest is unreadable");
-  std::string arch = Text(*manifest, "arch", r), kind = Text(*manifest, "device_kind", r);
-#if defined(__x86_64__)
-  const char* here = "x86_64";
-#elif defined(__aarch64__)
-  const char* here = "aarch64";
-#else
-  const char* here = "";
-#endif
-  if (arch != here || kind != "cpu")
-    throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE, what + " holds code for a " + arch + " " + kind +
-                                                  "; this library runs " + here + " CPU code");
-  StoredExecutable stored;
-  stored.args = Slots(*manifest, "args", r);
-  stored.outputs = Slots(*manifest, "outputs", r);
-  stored.variables = Slots(*manifest, "variables", r);
+  StoredExecutable stored = ParseManifest(*manifest, what, r);
   ffi::json::Object sections = Field(*manifest, "sections", r);
   size_t body = kHeaderSize + manifest_len;
   auto section = [&](const char* name) -> std::string_view {
