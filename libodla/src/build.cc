@@ -391,15 +391,7 @@ odla_status odla_GetValueData(const odla_value value, odla_void* data_ptr, odla_
   return Guard(__func__, [&] {
     Require(data_ptr, "data_ptr");
     _odla_value* v = Require(value, "value");
-    if (context != nullptr) {  // an output of the context's last run, bound to memory
-      auto bound = context->outputs.find(v->id);
-      auto shape = context->shapes.find(v->id);
-      if (bound != context->outputs.end() && shape != context->shapes.end()) {
-        std::memcpy(data_ptr, bound->second,
-                    ElementCount(shape->second) * ElementSize(v->type.element_type));
-        return ODLA_SUCCESS;
-      }
-    }
+    if (context != nullptr && ReadResult(*context, *v, data_ptr)) return ODLA_SUCCESS;
     CheckCompiler(Compiler().read_data(Built(v)->object, data_ptr, DataSize(*v)));
     return ODLA_SUCCESS;
   });

@@ -74,6 +74,7 @@ void CheckShape(const odla_value_shape& shape, const char* what);
 }  // namespace odla_tvm
 
 struct _odla_computation;
+struct _odla_context;
 
 // An odla_value: its id and type, and, for a value of a computation being built, the build
 // library's object for it (a Python Value).
@@ -107,6 +108,9 @@ const odla_tvm_compiler_api& Compiler();
 std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what);
 // Loads the exported bundle in the folder `root`.
 std::shared_ptr<_odla_executable> LoadBundle(const std::string& root);
+
+// Copies `value`, an output of the context's last run, to `data`; false if it has none.
+bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data);
 
 // NULL or a device of this library (the CPU); else throws.
 void CheckCpuDevice(odla_device device);

@@ -150,7 +150,9 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
   return input.tensor;
 }
 
-void StoreOutput(const _odla_value& slot, const DLTensor& result, _odla_context& ctx) {
+// Writes an output where it is bound, else keeps it for odla_GetValueData.
+void StoreOutput(const _odla_value& slot, const ffi::Tensor& tensor, _odla_context& ctx) {
+  const DLTensor& result = *tensor.GetDLTensorPtr();
   odla_value_shape shape{};
   shape.size = result.ndim;
   std::copy(result.shape, result.shape + result.ndim, shape.dims);
@@ -159,6 +161,8 @@ void StoreOutput(const _odla_value& slot, const DLTensor& result, _odla_context&
   if (bound != ctx.outputs.end() && bound->second != nullptr)
     std::memcpy(bound->second, static_cast<const char*>(result.data) + result.byte_offset,
                 ffi::GetDataSize(result));
+  else
+    ctx.results.insert_or_assign(slot.id, tensor);
 }
 
 }  // namespace
@@ -180,7 +184,7 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
   }
   if (auto single = result.try_cast<ffi::Tensor>()) {
     if (exe.outputs.size() != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR, "the module returned one tensor");
-    StoreOutput(*exe.outputs[0], *single->GetDLTensorPtr(), ctx);
+    StoreOutput(*exe.outputs[0], *single, ctx);
     return;
   }
   auto results = result.cast<ffi::Array<ffi::Any>>();
@@ -189,7 +193,7 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
                                              " tensors for " + std::to_string(exe.outputs.size()) +
                                              " outputs");
   for (size_t i = 0; i < exe.outputs.size(); ++i)
-    StoreOutput(*exe.outputs[i], *results[i].cast<ffi::Tensor>().GetDLTensorPtr(), ctx);
+    StoreOutput(*exe.outputs[i], results[i].cast<ffi::Tensor>(), ctx);
 }
 
 namespace {
@@ -222,6 +226,23 @@ std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const st
 
 std::shared_ptr<_odla_executable> LoadBundle(const std::string& root) {
   return Loaded(std::make_shared<_odla_executable>(), ParseBundle(root), root);
+}
+
+bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data) {
+  std::lock_guard<std::mutex> lock(ctx.run_mutex);
+  auto kept = ctx.results.find(value.id);
+  if (kept != ctx.results.end()) {
+    const DLTensor& t = *kept->second.GetDLTensorPtr();
+    std::memcpy(data, static_cast<const char*>(t.data) + t.byte_offset, ffi::GetDataSize(t));
+    return true;
+  }
+  auto bound = ctx.outputs.find(value.id);
+  auto shape = ctx.shapes.find(value.id);
+  if (bound == ctx.outputs.end() || shape == ctx.shapes.end() || bound->second == nullptr)
+    return false;
+  std::memcpy(data, bound->second,
+              ElementCount(shape->second) * ElementSize(value.type.element_type));
+  return true;
 }
 
 void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value) {

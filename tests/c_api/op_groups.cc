@@ -98,7 +98,7 @@ odla_computation Build(odla_value* flag_out) {
   return comp;
 }
 
-// A dynamic argument's run-time shape in, the output's out.
+// A dynamic argument's run-time shape in, the output's shape and data out.
 int RunDynamic() {
   odla_computation comp;
   odla_CreateComputation(&comp);
@@ -112,9 +112,9 @@ int RunDynamic() {
   odla_value_shape five{};
   five.size = 2, five.dims[0] = 5, five.dims[1] = 3;
   if (odla_SetRuntimeShape(ctx, d, five) != ODLA_SUCCESS) return 1;
-  odla_BindToArgumentById(ID("d"), in, ctx);
-  odla_BindToOutputById(ID("r"), out, ctx);
+  odla_BindToArgumentById(ID("d"), in, ctx);  // the output is not bound: read after the run
   if (odla_ExecuteComputation(comp, ctx, ODLA_COMPUTE_DEFAULT, nullptr) != ODLA_SUCCESS) return 1;
+  if (odla_GetValueData(r, out, ctx) != ODLA_SUCCESS) return 1;
   odla_value_shape shape;
   odla_GetRuntimeShape(ctx, r, &shape);
   Print("dynamic_shape", shape.dims, shape.size);
