@@ -1,6 +1,6 @@
 """Ops of every header group through the C library against NumPy: tests/c_api/op_groups.cc
-(basic, math, nn, process, quantization, control flow; async launch with callbacks, counts
-and indices, run-time shapes, the interpreter, device info), and a custom op called through
+(basic, math, nn, process, quantization, control flow; async launch with callbacks, the
+profiler, counts and indices, run-time shapes, the interpreter, device info), and a custom op called through
 ctypes from this Python process, which already runs odla_tvm (as HALO's driver does): the
 library uses this interpreter, taking the GIL, from several threads at once."""
 
@@ -55,6 +55,8 @@ def test_op_groups_from_cpp_match_numpy(tmp_path):
     assert lines["outputs"] == ["clone", "rsum", "lrelu", "softmax", "transpose", "concat",
                                 "slice", "cast", "q", "dq", "branch"]
     assert lines["callback"] == ["1", "0"]  # called once, with ODLA_SUCCESS
+    assert lines["profiler"] == ["0", "0", "0"]
+    assert "odla_StopDeviceProfiler: 1 launches profiled" in done.stderr
     for name, expected in EXPECTED.items():
         got = np.array([float(v) for v in lines[name]])
         np.testing.assert_allclose(got, np.ravel(expected), rtol=1e-5, atol=1e-6, err_msg=name)

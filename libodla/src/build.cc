@@ -280,7 +280,7 @@ odla_status odla_DestroyComputation(odla_computation computation) {
     std::unique_ptr<_odla_computation> comp(Require(computation, "computation"));
     if (CurrentComputation() == comp.get()) CurrentComputation() = nullptr;
     const odla_tvm_compiler_api& compiler = Compiler();
-    odla_status status = Guard(__func__, [&] {
+    odla_status status = Guard("odla_DestroyComputation", [&] {
       Do(nullptr, "destroy_computation", {Self(comp.get())});
       return ODLA_SUCCESS;
     });

@@ -112,6 +112,10 @@ std::shared_ptr<_odla_executable> LoadBundle(const std::string& root);
 // Copies `value`, an output of the context's last run, to `data`; false if it has none.
 bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data);
 
+// The profiler (odla_profiler.h): on or not, and a launch's time while on.
+bool Profiling();
+void RecordLaunch(double seconds);
+
 // NULL or a device of this library (the CPU); else throws.
 void CheckCpuDevice(odla_device device);
 

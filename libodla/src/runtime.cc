@@ -5,6 +5,7 @@
 #include <tvm/ffi/container/array.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -180,7 +181,13 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
   ffi::Any result;
   {
     VmLease vm(exe);
-    vm.main().CallPacked(packed.data(), static_cast<int32_t>(packed.size()), &result);
+    if (Profiling()) {
+      auto start = std::chrono::steady_clock::now();
+      vm.main().CallPacked(packed.data(), static_cast<int32_t>(packed.size()), &result);
+      RecordLaunch(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    } else {
+      vm.main().CallPacked(packed.data(), static_cast<int32_t>(packed.size()), &result);
+    }
   }
   if (auto single = result.try_cast<ffi::Tensor>()) {
     if (exe.outputs.size() != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR, "the module returned one tensor");

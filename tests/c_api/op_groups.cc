@@ -1,7 +1,7 @@
 // Ops of every header group but custom (basic, math, nn, process, quantization, control flow)
 // in one computation, compiled with odla_CompileComputation on a device from
 // odla_AllocateDevice, launched once synchronously and once asynchronously (ODLA's callback
-// items), with the GetNumOf*/Get*ByIdx queries, run-time shapes of a dynamic argument, the
+// items), profiled, with the GetNumOf*/Get*ByIdx queries, run-time shapes of a dynamic argument, the
 // interpreter (odla_CreateValue, odla_GetValueData) and device info. Prints "<id> values..."
 // lines that tests/test_c_api_ops.py checks against NumPy.
 #include <ODLA/odla.h>
@@ -187,7 +187,14 @@ int main() {
   const char* ids[] = {"clone", "rsum", "lrelu", "softmax", "transpose", "concat", "slice", "cast",
                        "q", "dq", "branch"};
   for (int i = 0; i < 11; ++i) odla_BindToOutputById(ID(ids[i]), bound[i], ctx);
+  odla_SetLogLevel(ODLA_LOG_LEVEL_INFO);  // the profiler's summary goes to the log
+  odla_StartDeviceProfiler(device);
   if (odla_LaunchExecutable(exe, ctx) != ODLA_SUCCESS) return 1;
+  odla_device_trace trace = nullptr;
+  int stopped = odla_StopDeviceProfiler(device);
+  int retrieved = odla_RetrieveDeviceTrace(device, &trace);
+  std::printf("profiler %d %d %d\n", stopped, retrieved, odla_ReleaseDeviceTrace(trace));
+  odla_SetLogLevel(ODLA_LOG_LEVEL_ERROR);
   Print("clone", clone, 6), Print("rsum", rsum, 2), Print("lrelu", lrelu, 6);
   Print("softmax", softmax, 6), Print("transpose", transpose, 6), Print("concat", concat, 12);
   Print("slice", slice, 4), Print("cast", cast, 6), Print("q", q, 6), Print("dq", dq, 6);
