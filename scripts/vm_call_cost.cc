@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   vm->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, 2,
                                                static_cast<int>(kDLCPU), 0, 2);
   ffi::Function main_function = vm->GetFunction("main").value();
-  ffi::Tensor x = ffi::Tensor::FromNDAlloc(Aligned(), ffi::Shape({1, 4}), DLDataType{kDLFloat, 32, 1},
+  ffi::Tensor x = ffi::Tensor::FromNDAlloc(Aligned(), ffi::Shape({1, 4}),
+                                           DLDataType{kDLFloat, 32, 1},
                                            DLDevice{kDLCPU, 0});
   for (int i = 0; i < 4; ++i) static_cast<float*>(x.GetDLTensorPtr()->data)[i] = 1.0f;
   ffi::AnyView args[] = {x};

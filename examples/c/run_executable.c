@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   pthread_t workers[64];
   void** results[64];
   if (argc < 3) {
-    fprintf(stderr, "usage: %s EXE OUT_DIR [--threads N] [--repeat N] [--store COPY] INPUT.bin...\n",
+    fprintf(stderr,
+            "usage: %s EXE OUT_DIR [--threads N] [--repeat N] [--store COPY] INPUT.bin...\n",
             argv[0]);
     return 2;
   }

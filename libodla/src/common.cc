@@ -97,7 +97,8 @@ const odla_tvm_compiler_api& Compiler() {
                 dlerror();
       return;
     }
-    auto entry = reinterpret_cast<const odla_tvm_compiler_api* (*)()>(dlsym(handle, "odla_tvm_compiler"));
+    using Entry = const odla_tvm_compiler_api* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, "odla_tvm_compiler"));
     if (entry == nullptr) {
       failure = path + " lacks odla_tvm_compiler";
       return;

@@ -37,13 +37,16 @@ odla_status TakeError() {
   last_error = "unknown Python error";
   if (value != nullptr) {
     PyObject* code = PyObject_GetAttrString(value, "status");
-    if (code != nullptr && PyLong_Check(code)) status = static_cast<odla_status>(PyLong_AsLong(code));
-    else PyErr_Clear();
+    if (code != nullptr && PyLong_Check(code))
+      status = static_cast<odla_status>(PyLong_AsLong(code));
+    else
+      PyErr_Clear();
     Py_XDECREF(code);
     PyObject* text = PyObject_Str(value);
     const char* utf8 = text ? PyUnicode_AsUTF8(text) : nullptr;
     if (utf8 != nullptr) {
-      last_error = (status == ODLA_FAILURE ? std::string(Py_TYPE(value)->tp_name) + ": " : "") + utf8;
+      std::string kind = status == ODLA_FAILURE ? std::string(Py_TYPE(value)->tp_name) + ": " : "";
+      last_error = kind + utf8;
     }
     Py_XDECREF(text);
     PyErr_Clear();
@@ -178,12 +181,14 @@ PyObject* Argument(const odla_tvm_arg& arg) {
       return PyFloat_FromDouble(arg.real);
     case ODLA_TVM_ARG_STRING:
       if (arg.text == nullptr) Py_RETURN_NONE;
-      return PyUnicode_DecodeUTF8(arg.text, static_cast<Py_ssize_t>(std::strlen(arg.text)), "replace");
+      return PyUnicode_DecodeUTF8(arg.text, static_cast<Py_ssize_t>(std::strlen(arg.text)),
+                                  "replace");
     case ODLA_TVM_ARG_STRINGS: {
       PyObject* list = PyList_New(static_cast<Py_ssize_t>(arg.count));
       for (odla_size_t i = 0; i < arg.count; ++i) {
         const char* t = arg.texts[i];
-        PyObject* item = t ? PyUnicode_DecodeUTF8(t, static_cast<Py_ssize_t>(std::strlen(t)), "replace")
+        PyObject* item = t ? PyUnicode_DecodeUTF8(t, static_cast<Py_ssize_t>(std::strlen(t)),
+                                                  "replace")
                            : (Py_INCREF(Py_None), Py_None);
         PyList_SET_ITEM(list, i, item);
       }
@@ -207,7 +212,9 @@ PyObject* Argument(const odla_tvm_arg& arg) {
 odla_status Results(PyObject* result, odla_tvm_object* results, odla_size_t* count) {
   *count = 0;
   if (result == Py_None) return ODLA_SUCCESS;
-  if (PyObject_IsInstance(result, value_class) == 1 || !(PyList_Check(result) || PyTuple_Check(result))) {
+  bool one = PyObject_IsInstance(result, value_class) == 1 ||
+             !(PyList_Check(result) || PyTuple_Check(result));
+  if (one) {
     Py_INCREF(result);
     results[(*count)++] = result;
     return ODLA_SUCCESS;
@@ -231,7 +238,8 @@ odla_status Call(const char* function, odla_tvm_object computation, const odla_t
   if (odla_status s = Started()) return s;
   Gil gil;
   if (computation != nullptr) {
-    PyObject* made = PyObject_CallMethod(static_cast<PyObject*>(computation), "make_current", nullptr);
+    PyObject* made = PyObject_CallMethod(static_cast<PyObject*>(computation), "make_current",
+                                         nullptr);
     if (made == nullptr) return TakeError();
     Py_DECREF(made);
   }
@@ -351,7 +359,8 @@ odla_status ReadData(odla_tvm_object value, void* data, odla_size_t size) {
   Py_XDECREF(get);
   if (array == nullptr) return TakeError();
   PyObject* numpy = PyImport_ImportModule("numpy");
-  PyObject* contiguous = numpy ? PyObject_CallMethod(numpy, "ascontiguousarray", "O", array) : nullptr;
+  PyObject* contiguous =
+      numpy ? PyObject_CallMethod(numpy, "ascontiguousarray", "O", array) : nullptr;
   Py_XDECREF(numpy);
   Py_DECREF(array);
   if (contiguous == nullptr) return TakeError();
@@ -381,10 +390,12 @@ void Release(odla_tvm_object object) {
 
 const char* LastError() { return last_error.c_str(); }
 
-const odla_tvm_compiler_api api = {Call, Integer, Describe, Compile, FreeBytes, ReadData, Release, LastError};
+const odla_tvm_compiler_api api = {Call, Integer, Describe, Compile, FreeBytes, ReadData, Release,
+                                   LastError};
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const odla_tvm_compiler_api* odla_tvm_compiler(void) {
+extern "C" __attribute__((visibility("default")))
+const odla_tvm_compiler_api* odla_tvm_compiler(void) {
   return &api;
 }

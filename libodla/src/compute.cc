@@ -46,7 +46,8 @@ void CheckMode(odla_compute_mode mode) {
     throw Error(ODLA_UNSUPPORTED_OP, "TRAINING runs are not in the C library; train from Python "
                                      "(odla_tvm.differentiate_computation)");
   if (mode != ODLA_COMPUTE_DEFAULT && mode != ODLA_COMPUTE_INFERENCE)
-    throw Error(ODLA_INVALID_PARAM, "mode " + std::to_string(mode) + " is not an ODLA compute mode");
+    throw Error(ODLA_INVALID_PARAM,
+                "mode " + std::to_string(mode) + " is not an ODLA compute mode");
 }
 
 // Runs `launch` on another thread; its status goes to the context's callback.
@@ -286,7 +287,8 @@ odla_status odla_AsyncLaunchExecutable(const odla_executable executable,
   });
 }
 
-odla_status odla_GetNumOfArgsFromExecutable(const odla_executable executable, odla_uint32* num_args) {
+odla_status odla_GetNumOfArgsFromExecutable(const odla_executable executable,
+                                            odla_uint32* num_args) {
   return Guard(__func__, [&] {
     *Require(num_args, "num_args") = static_cast<odla_uint32>(Executable(executable)->args.size());
     return ODLA_SUCCESS;
@@ -296,7 +298,8 @@ odla_status odla_GetNumOfArgsFromExecutable(const odla_executable executable, od
 odla_status odla_GetArgFromExecutableByIdx(const odla_executable executable,
                                            const odla_uint32 arg_idx, odla_value* arg_value) {
   return Guard(__func__, [&] {
-    *Require(arg_value, "arg_value") = ArgumentOf(Executable(executable)->args, arg_idx, "argument");
+    *Require(arg_value, "arg_value") =
+        ArgumentOf(Executable(executable)->args, arg_idx, "argument");
     return ODLA_SUCCESS;
   });
 }
@@ -304,7 +307,8 @@ odla_status odla_GetArgFromExecutableByIdx(const odla_executable executable,
 odla_status odla_GetNumOfOutputsFromExecutable(const odla_executable executable,
                                                odla_uint32* num_outputs) {
   return Guard(__func__, [&] {
-    *Require(num_outputs, "num_outputs") = static_cast<odla_uint32>(Executable(executable)->outputs.size());
+    *Require(num_outputs, "num_outputs") =
+        static_cast<odla_uint32>(Executable(executable)->outputs.size());
     return ODLA_SUCCESS;
   });
 }
@@ -415,7 +419,8 @@ odla_status odla_GetRuntimeShape(odla_context context, odla_value value,
 odla_status odla_GetRuntimeValueType(odla_context context, odla_value value,
                                      odla_value_type* value_type_ptr) {
   return Guard(__func__, [&] {
-    Require(value_type_ptr, "value_type_ptr")->element_type = Require(value, "value")->type.element_type;
+    Require(value_type_ptr, "value_type_ptr")->element_type =
+        Require(value, "value")->type.element_type;
     return odla_GetRuntimeShape(context, value, &value_type_ptr->shape);
   });
 }
@@ -424,7 +429,8 @@ odla_status odla_SetRuntimeValueType(odla_context context, odla_value value,
                                      odla_value_type value_type) {
   return Guard(__func__, [&] {
     if (value_type.element_type != Require(value, "value")->type.element_type)
-      throw Error(ODLA_UNSUPPORTED_DATATYPE, "value " + value->id + " keeps its element type at run time");
+      throw Error(ODLA_UNSUPPORTED_DATATYPE,
+                  "value " + value->id + " keeps its element type at run time");
     return odla_SetRuntimeShape(context, value, value_type.shape);
   });
 }

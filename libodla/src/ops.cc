@@ -86,7 +86,8 @@ REDUCE(ReduceSumSquare, reduce_sum_square)
 NORM_REDUCE(ReduceL1, reduce_l1) NORM_REDUCE(ReduceL2, reduce_l2)
 ARG_REDUCE(ArgMax, arg_max) ARG_REDUCE(ArgMin, arg_min)
 
-odla_value odla_Clamp(odla_value input, odla_float32 lo, odla_float32 hi, const odla_value_id value_id) {
+odla_value odla_Clamp(odla_value input, odla_float32 lo, odla_float32 hi,
+                      const odla_value_id value_id) {
   ODLA_OP(Op("clamp", {V(input), F(lo), F(hi), Id(value_id)}));
 }
 
@@ -96,17 +97,21 @@ odla_value odla_Det(odla_value input, odla_value_shape output_shape, const odla_
 
 odla_value odla_CumSum(odla_value input, odla_value axis, odla_bool exclusion, odla_bool reverse,
                        const odla_value_id value_id) {
-  ODLA_OP(Op("cum_sum", {V(input), V(Require(axis, "axis")), I(exclusion), I(reverse), Id(value_id)}));
+  ODLA_OP(Op("cum_sum", {V(input), V(Require(axis, "axis")), I(exclusion), I(reverse),
+                         Id(value_id)}));
 }
 
 odla_value odla_Einsum(odla_values inputs, const odla_char* equation, odla_value_shape output_dims,
                        const odla_value_id value_id) {
-  ODLA_OP(Op("einsum", {Vs(inputs), S(Require(equation, "equation")), Hint(output_dims), Id(value_id)}));
+  ODLA_OP(Op("einsum", {Vs(inputs), S(Require(equation, "equation")), Hint(output_dims),
+                        Id(value_id)}));
 }
 
-odla_value odla_BatchMatMul(odla_value A, odla_bool A_transpose, odla_value B, odla_bool B_transpose,
+odla_value odla_BatchMatMul(odla_value A, odla_bool A_transpose, odla_value B,
+                            odla_bool B_transpose,
                             odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("batch_mat_mul", {V(A), I(A_transpose), V(B), I(B_transpose), Hint(output_dims), Id(value_id)}));
+  ODLA_OP(Op("batch_mat_mul", {V(A), I(A_transpose), V(B), I(B_transpose), Hint(output_dims),
+                               Id(value_id)}));
 }
 
 odla_value odla_Gemm(odla_value A, odla_bool A_transpose, odla_value B, odla_bool B_transpose,
@@ -129,7 +134,8 @@ odla_value odla_Mod(odla_value lhs, odla_value rhs, odla_int64 fmod, const odla_
   ODLA_OP(Op("mod", {V(lhs), V(rhs), I(fmod), Id(value_id)}));
 }
 
-odla_value odla_Select(odla_value condition, odla_value a, odla_value b, odla_value_shape output_dims,
+odla_value odla_Select(odla_value condition, odla_value a, odla_value b,
+                       odla_value_shape output_dims,
                        const odla_value_id value_id) {
   ODLA_OP(Op("select", {V(condition), V(a), V(b), Hint(output_dims), Id(value_id)}));
 }
@@ -141,7 +147,8 @@ odla_value odla_Shift(odla_value input, odla_value shift_amount, odla_bool is_le
 
 // odla_ops_nn.h
 UNARY(Relu, relu) UNARY(Sigmoid, sigmoid) UNARY(Softplus, softplus) UNARY(Softsign, softsign)
-ALPHA(Celu, celu) ALPHA(Elu, elu) ALPHA(LeakyRelu, leaky_relu) ALPHA(ThresholdedRelu, thresholded_relu)
+ALPHA(Celu, celu) ALPHA(Elu, elu) ALPHA(LeakyRelu, leaky_relu)
+ALPHA(ThresholdedRelu, thresholded_relu)
 AXIS(Hardmax, hardmax) AXIS(LogSoftmax, log_softmax) AXIS(Softmax, softmax)
 
 odla_value odla_AveragePool(odla_value input, odla_memory_layout input_layout,
@@ -167,7 +174,8 @@ odla_value odla_MaxPool(odla_value input, odla_memory_layout input_layout,
 odla_value odla_LRN(odla_value input, odla_memory_layout input_layout, odla_int32 window_size,
                     odla_float32 alpha, odla_float32 beta, odla_float32 bias,
                     const odla_value_id value_id) {
-  ODLA_OP(Op("lrn", {V(input), I(input_layout), I(window_size), F(alpha), F(beta), F(bias), Id(value_id)}));
+  ODLA_OP(Op("lrn", {V(input), I(input_layout), I(window_size), F(alpha), F(beta), F(bias),
+                     Id(value_id)}));
 }
 
 odla_value odla_BatchNormalization(odla_value input, odla_memory_layout input_layout,
@@ -194,7 +202,8 @@ odla_value odla_DeConv(odla_value input, odla_memory_layout input_layout, odla_u
                        odla_value kernel, odla_memory_layout kernel_layout,
                        const odla_uint32* strides, const odla_uint32* dilations,
                        const odla_uint32* paddings_front, const odla_uint32* paddings_back,
-                       odla_value bias, odla_value_shape output_dims, const odla_value_id value_id) {
+                       odla_value bias, odla_value_shape output_dims,
+                       const odla_value_id value_id) {
   // output_dims picks among the sizes a transposed convolution may give: passed on
   ODLA_OP(Op("de_conv", {V(input), I(input_layout), I(group), V(kernel), I(kernel_layout),
                          Ints(strides, Spatial(input)), Ints(dilations, Spatial(input)),
@@ -322,7 +331,8 @@ odla_value odla_TFIDFVectorize(odla_value input, odla_int32 min_gram_length,
 odla_values odla_TopK(odla_value input, odla_uint32 K, odla_bool largest, odla_bool sorted,
                       odla_uint32 axis, odla_value_type output_value_type,
                       odla_value_type output_value_index_type, const odla_value_ids value_ids) {
-  ODLA_OPS(Ops("topk", {V(input), I(K), I(largest), I(sorted), I(axis), ResultType(output_value_type),
+  ODLA_OPS(Ops("topk", {V(input), I(K), I(largest), I(sorted), I(axis),
+                        ResultType(output_value_type),
                         ResultType(output_value_index_type), Ids(value_ids)}));
 }
 
@@ -340,7 +350,8 @@ odla_value odla_Broadcast(const odla_value input, odla_value_shape output_shape,
   ODLA_OP(Op("broadcast", {V(input), Dims(output_shape), Id(value_id)}));
 }
 
-odla_value odla_Cast(odla_value input, odla_element_type target_type, const odla_value_id value_id) {
+odla_value odla_Cast(odla_value input, odla_element_type target_type,
+                     const odla_value_id value_id) {
   ODLA_OP(Op("cast", {V(input), I(target_type), Id(value_id)}));
 }
 
@@ -354,7 +365,8 @@ odla_value odla_Concat(odla_values inputs, odla_int32 axis, odla_value_shape out
   ODLA_OP(Op("concat", {Vs(inputs), I(axis), Hint(output_shape), Id(value_id)}));
 }
 
-odla_value odla_ExpandDims(odla_value input, odla_value_shape output_dims, const odla_value_id value_id) {
+odla_value odla_ExpandDims(odla_value input, odla_value_shape output_dims,
+                           const odla_value_id value_id) {
   ODLA_OP(Op("expand_dims", {V(input), Dims(output_dims), Id(value_id)}));
 }
 
@@ -370,7 +382,8 @@ odla_value odla_Gather(odla_value input, odla_value indices, odla_int32 axis,
 
 odla_value odla_GatherND(odla_value input, odla_value indices, odla_int32 num_batch_dims,
                          odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("gather_nd", {V(input), V(indices), I(num_batch_dims), Hint(output_dims), Id(value_id)}));
+  ODLA_OP(Op("gather_nd", {V(input), V(indices), I(num_batch_dims), Hint(output_dims),
+                           Id(value_id)}));
 }
 
 odla_value odla_GatherElements(odla_value input, odla_value indices, odla_int32 axis,
@@ -380,7 +393,8 @@ odla_value odla_GatherElements(odla_value input, odla_value indices, odla_int32 
 
 odla_value odla_OneHot(odla_value indices, odla_int32 depth, odla_value values, odla_int32 axis,
                        odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("one_hot", {V(indices), I(depth), V(values), I(axis), Hint(output_dims), Id(value_id)}));
+  ODLA_OP(Op("one_hot", {V(indices), I(depth), V(values), I(axis), Hint(output_dims),
+                         Id(value_id)}));
 }
 
 odla_value odla_Pad(odla_value input, const odla_uint32* padding_front,
@@ -390,18 +404,21 @@ odla_value odla_Pad(odla_value input, const odla_uint32* padding_front,
                      Ints(padding_back, Dimensions(input)), Hint(output_dims), Id(value_id)}));
 }
 
-odla_value odla_Reshape(odla_value input, odla_value_shape output_dims, const odla_value_id value_id) {
+odla_value odla_Reshape(odla_value input, odla_value_shape output_dims,
+                        const odla_value_id value_id) {
   ODLA_OP(Op("reshape", {V(input), Dims(output_dims), Id(value_id)}));
 }
 
-odla_value odla_ReshapeDynamic(odla_value input, odla_value output_shape, const odla_value_id value_id) {
+odla_value odla_ReshapeDynamic(odla_value input, odla_value output_shape,
+                               const odla_value_id value_id) {
   ODLA_OP(Op("reshape_dynamic", {V(input), V(output_shape), Id(value_id)}));
 }
 
 odla_value odla_Resize(odla_value input, odla_interpolation_mode interpolation,
                        odla_resize_coordinate_mode mode, odla_uint32 axes_mask,
                        odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("resize", {V(input), I(interpolation), I(mode), I(axes_mask), Dims(output_dims), Id(value_id)}));
+  ODLA_OP(Op("resize", {V(input), I(interpolation), I(mode), I(axes_mask), Dims(output_dims),
+                        Id(value_id)}));
 }
 
 odla_value odla_ResizeDynamic(odla_value input, odla_value scales, odla_value sizes,
@@ -412,7 +429,8 @@ odla_value odla_ResizeDynamic(odla_value input, odla_value scales, odla_value si
                                 Hint(output_dims), Id(value_id)}));
 }
 
-odla_value odla_Shape(odla_value input, odla_value_shape output_dims, const odla_value_id value_id) {
+odla_value odla_Shape(odla_value input, odla_value_shape output_dims,
+                      const odla_value_id value_id) {
   ODLA_OP(Op("shape", {V(input), Hint(output_dims), Id(value_id)}));
 }
 
@@ -430,12 +448,14 @@ odla_value odla_DimsExpand(odla_value input, odla_value original, odla_value axe
 
 odla_value odla_SliceDynamic(odla_value input, odla_value start, odla_value size, odla_value stride,
                              odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("slice_dynamic", {V(input), V(start), V(size), V(stride), Hint(output_dims), Id(value_id)}));
+  ODLA_OP(Op("slice_dynamic", {V(input), V(start), V(size), V(stride), Hint(output_dims),
+                               Id(value_id)}));
 }
 
 odla_values odla_Split(odla_value input, odla_value split_dim, odla_int32 num_split,
                        const odla_value_ids value_ids) {
-  ODLA_OPS(Ops("split", {V(input), V(Require(split_dim, "split_dim")), I(num_split), Ids(value_ids)}));
+  ODLA_OPS(Ops("split", {V(input), V(Require(split_dim, "split_dim")), I(num_split),
+                         Ids(value_ids)}));
 }
 
 odla_value odla_Squeeze(odla_value input, odla_size_t num_of_axes, const odla_uint32* axes,
@@ -468,12 +488,14 @@ odla_value odla_TileDynamic(odla_value input, odla_value repeat, odla_value_shap
 odla_value odla_Dequantize(odla_value input, odla_value scale, odla_value zero_point,
                            odla_int32 axis, odla_element_type target_data_type,
                            const odla_value_id value_id) {
-  ODLA_OP(Op("dequantize", {V(input), V(scale), V(zero_point), I(axis), I(target_data_type), Id(value_id)}));
+  ODLA_OP(Op("dequantize", {V(input), V(scale), V(zero_point), I(axis), I(target_data_type),
+                            Id(value_id)}));
 }
 
 odla_value odla_Quantize(odla_value input, odla_value scale, odla_value zero_point, odla_int32 axis,
                          odla_element_type target_data_type, const odla_value_id value_id) {
-  ODLA_OP(Op("quantize", {V(input), V(scale), V(zero_point), I(axis), I(target_data_type), Id(value_id)}));
+  ODLA_OP(Op("quantize", {V(input), V(scale), V(zero_point), I(axis), I(target_data_type),
+                          Id(value_id)}));
 }
 
 // odla_ops_control_flow.h

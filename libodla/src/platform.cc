@@ -61,7 +61,8 @@ void CheckCpuDevice(odla_device device) {
   if (device == nullptr) return;
   std::lock_guard<std::mutex> lock(devices_mutex);
   if (devices.count(device) == 0)
-    throw Error(ODLA_INVALID_PARAM, "device is not one odla_AllocateDevice gave (or was destroyed)");
+    throw Error(ODLA_INVALID_PARAM,
+                "device is not one odla_AllocateDevice gave (or was destroyed)");
 }
 
 }  // namespace odla_tvm
@@ -76,7 +77,8 @@ odla_status odla_GetVendor(const odla_vendor_name vendor_name, odla_vendor* vend
         *vendor = &v;
         return ODLA_SUCCESS;
       }
-    throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE, "this library runs on the CPU: vendor DEFAULT or INTEL");
+    throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE,
+                "this library runs on the CPU: vendor DEFAULT or INTEL");
   });
 }
 
@@ -220,7 +222,8 @@ odla_status odla_AllocateHostMemory(odla_void** host_ptr, odla_size_t size) {
 
 odla_status odla_FreeHostMemory(odla_void* ptr) { return odla_FreeDeviceMemory(ptr); }
 
-odla_status odla_CopyMemory(odla_void* dst, odla_void* src, odla_size_t size, odla_memcpy_type type) {
+odla_status odla_CopyMemory(odla_void* dst, odla_void* src, odla_size_t size,
+                            odla_memcpy_type type) {
   if ((dst == nullptr || src == nullptr) && size != 0) return ODLA_INVALID_PARAM;
   if (type < ODLA_MEMCPY_H2H || type > ODLA_MEMCPY_D2D) return ODLA_INVALID_PARAM;
   if (size != 0) std::memmove(dst, src, size);
@@ -279,7 +282,9 @@ odla_status odla_StartDeviceProfiler(odla_device device) {
   });
 }
 
-odla_status odla_AsyncStartDeviceProfiler(odla_device device) { return odla_StartDeviceProfiler(device); }
+odla_status odla_AsyncStartDeviceProfiler(odla_device device) {
+  return odla_StartDeviceProfiler(device);
+}
 
 odla_status odla_StopDeviceProfiler(odla_device device) {
   return Guard(__func__, [&] {
@@ -295,7 +300,9 @@ odla_status odla_StopDeviceProfiler(odla_device device) {
   });
 }
 
-odla_status odla_AsyncStopDeviceProfiler(odla_device device) { return odla_StopDeviceProfiler(device); }
+odla_status odla_AsyncStopDeviceProfiler(odla_device device) {
+  return odla_StopDeviceProfiler(device);
+}
 
 odla_status odla_RetrieveDeviceTrace(odla_device device, odla_device_trace* device_trace) {
   return Guard(__func__, [&] {

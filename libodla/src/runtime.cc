@@ -112,7 +112,8 @@ const odla_value_shape& ArgumentShape(const _odla_value& slot, const _odla_conte
   const odla_value_shape& shape = found->second;
   bool fits = shape.size == slot.type.shape.size;
   for (int i = 0; fits && i < shape.size; ++i)
-    fits = shape.dims[i] >= 0 && (slot.type.shape.dims[i] < 0 || slot.type.shape.dims[i] == shape.dims[i]);
+    fits = shape.dims[i] >= 0 &&
+           (slot.type.shape.dims[i] < 0 || slot.type.shape.dims[i] == shape.dims[i]);
   if (!fits)
     throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " has the run-time shape " +
                                         ShapeText(shape) + "; its type allows " +
@@ -135,7 +136,8 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
   const void* data = bound->second;
   if (input.tensor.defined() && input.data == data && SameShape(input.shape, shape)) {
     if (input.staged)
-      std::memcpy(input.tensor.GetDLTensorPtr()->data, data, ffi::GetDataSize(*input.tensor.GetDLTensorPtr()));
+      std::memcpy(input.tensor.GetDLTensorPtr()->data, data,
+                  ffi::GetDataSize(*input.tensor.GetDLTensorPtr()));
     return input.tensor;
   }
   DLDataType dtype = DataType(slot.type.element_type);
@@ -145,7 +147,8 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
       : ffi::Tensor::FromNDAlloc(Borrowed{const_cast<void*>(data)}, Dims(shape), dtype,
                                  DLDevice{kDLCPU, 0});
   if (input.staged)
-    std::memcpy(input.tensor.GetDLTensorPtr()->data, data, ffi::GetDataSize(*input.tensor.GetDLTensorPtr()));
+    std::memcpy(input.tensor.GetDLTensorPtr()->data, data,
+                ffi::GetDataSize(*input.tensor.GetDLTensorPtr()));
   input.data = data;
   input.shape = shape;
   return input.tensor;
@@ -176,7 +179,8 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
   }
   std::vector<ffi::AnyView> packed;
   packed.reserve(exe.args.size() + exe.extra.size());
-  for (size_t i = 0; i < exe.args.size(); ++i) packed.emplace_back(InputTensor(*exe.args[i], i, ctx));
+  for (size_t i = 0; i < exe.args.size(); ++i)
+    packed.emplace_back(InputTensor(*exe.args[i], i, ctx));
   for (const ffi::Tensor& t : exe.extra) packed.emplace_back(t);
   ffi::Any result;
   {
@@ -190,7 +194,8 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
     }
   }
   if (auto single = result.try_cast<ffi::Tensor>()) {
-    if (exe.outputs.size() != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR, "the module returned one tensor");
+    if (exe.outputs.size() != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR,
+                                             "the module returned one tensor");
     StoreOutput(*exe.outputs[0], *single, ctx);
     return;
   }

@@ -56,7 +56,8 @@ std::string Sha256Hex(std::string_view data) {
   tail[rest] = 0x80;
   size_t blocks = rest + 9 > 64 ? 2 : 1;
   uint64_t bits = uint64_t(data.size()) * 8;
-  for (int i = 0; i < 8; ++i) tail[blocks * 64 - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    tail[blocks * 64 - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
   for (size_t i = 0; i < blocks; ++i) Compress(state, tail + 64 * i);
   static const char kHex[] = "0123456789abcdef";
   std::string hex;

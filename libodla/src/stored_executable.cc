@@ -141,7 +141,8 @@ Array ParseNpy(std::string_view bytes, const Reader& r) {
   int64_t count = 1;
   for (size_t at = 0; at < shape_text.size();) {
     size_t comma = shape_text.find(',', at);
-    std::string item = shape_text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    size_t length = comma == std::string::npos ? std::string::npos : comma - at;
+    std::string item = shape_text.substr(at, length);
     if (item.find_first_of("0123456789") != std::string::npos) {
       array.shape.push_back(std::stoll(item));
       count *= array.shape.back();
@@ -184,7 +185,10 @@ std::vector<Array> ParseNpz(std::string_view zip, const char* prefix, size_t exp
       uint64_t field = x + 4;
       if (id == 1) {
         // in this order, each present only where its 32-bit field is 0xffffffff
-        if (Load<uint32_t>(zip, at + 24) == 0xffffffffu) size = Load<uint64_t>(zip, field), field += 8;
+        if (Load<uint32_t>(zip, at + 24) == 0xffffffffu) {
+          size = Load<uint64_t>(zip, field);
+          field += 8;
+        }
         if (Load<uint32_t>(zip, at + 20) == 0xffffffffu) field += 8;
         if (local == 0xffffffffu) local = Load<uint64_t>(zip, field);
       }
@@ -296,7 +300,8 @@ DLDataType DataType(odla_element_type type) {
 StoredExecutable ParseStoredExecutable(const std::string& blob, const std::string& what) {
   Reader r{what};
   std::string_view bytes(blob);
-  if (bytes.size() < kHeaderSize) r.Fail(std::to_string(bytes.size()) + " bytes is shorter than its header");
+  if (bytes.size() < kHeaderSize)
+    r.Fail(std::to_string(bytes.size()) + " bytes is shorter than its header");
   if (std::memcmp(bytes.data(), kMagic, 8) != 0) r.Fail("it does not start with ODLATVM");
   if (Load<uint32_t>(bytes, 8) != kFormatVersion)
     r.Fail("format version " + std::to_string(Load<uint32_t>(bytes, 8)) + "; this library reads 1");

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   odla_BindToOutputById(ID("y"), y, ctx);
   report("launch_good", odla_LaunchExecutable(exe, ctx));
   report("async_with_constants_array",
-         odla_AsyncLaunchExecutable(exe, (odla_constants_array)&yes, ctx, ODLA_COMPUTE_DEFAULT, NULL));
+         odla_AsyncLaunchExecutable(exe, (odla_constants_array)&yes, ctx, ODLA_COMPUTE_DEFAULT,
+                                    NULL));
   report("launch_training_mode",
          odla_AsyncLaunchExecutable(exe, NULL, ctx, ODLA_COMPUTE_TRAINING, NULL));
   report("launch_foreign_device",
@@ -127,11 +128,14 @@ int main(int argc, char** argv) {
   report("find_unknown_id", odla_FindValueById(ID("no such id"), &value));
   report("type_of_unknown_id", odla_GetValueTypeById(ID("no such id"), &type));
   report("output_by_unknown_id", odla_SetValueAsOutputById(ID("no such id")));
-  report("item_vendor_sim_mode", odla_SetComputationItem(comp, ODLA_USE_SIM_MODE, (odla_item_value)&yes));
-  report("item_quant_table", odla_SetComputationItem(comp, ODLA_QUANT_TABLE, (odla_item_value)&yes));
+  report("item_vendor_sim_mode", odla_SetComputationItem(comp, ODLA_USE_SIM_MODE,
+                                                         (odla_item_value)&yes));
+  report("item_quant_table", odla_SetComputationItem(comp, ODLA_QUANT_TABLE,
+                                                     (odla_item_value)&yes));
   report("item_unknown", odla_SetComputationItem(comp, (odla_item_type)77, (odla_item_value)&yes));
   report("outputs_of_null", odla_GetNumOfOutputsFromComputation(NULL, &count_));
-  report("execute_without_outputs", odla_ExecuteComputation(comp, ctx, ODLA_COMPUTE_INFERENCE, NULL));
+  report("execute_without_outputs", odla_ExecuteComputation(comp, ctx, ODLA_COMPUTE_INFERENCE,
+                                                            NULL));
   report("destroy_computation", odla_DestroyComputation(comp));
   report("destroy_context", odla_DestroyContext(ctx));
   printf("done\n");

@@ -49,7 +49,8 @@ static void generated_cnn_helper() {
 
 static void generated_cnn_fini() { odla_DestroyComputation(Comp); }
 
-static int generated_cnn(const float input[1 * 3 * 8 * 8], float out_prob[10], long long out_best[1]) {
+static int generated_cnn(const float input[1 * 3 * 8 * 8], float out_prob[10],
+                         long long out_best[1]) {
   static bool built = false;
   if (!built) {
     generated_cnn_helper();

@@ -1,9 +1,9 @@
 // Ops of every header group but custom (basic, math, nn, process, quantization, control flow)
 // in one computation, compiled with odla_CompileComputation on a device from
 // odla_AllocateDevice, launched once synchronously and once asynchronously (ODLA's callback
-// items), profiled, with the GetNumOf*/Get*ByIdx queries, run-time shapes of a dynamic argument, the
-// interpreter (odla_CreateValue, odla_GetValueData) and device info. Prints "<id> values..."
-// lines that tests/test_c_api_ops.py checks against NumPy.
+// items), profiled, with the GetNumOf*/Get*ByIdx queries, run-time shapes of a dynamic
+// argument, the interpreter (odla_CreateValue, odla_GetValueData) and device info. Prints
+// "<id> values..." lines that tests/test_c_api_ops.py checks against NumPy.
 #include <ODLA/odla.h>
 
 #include <atomic>
@@ -170,7 +170,8 @@ int main() {
     odla_GetValueId(out, &id);
     odla_value_id same_id;
     odla_GetValueId(same, &same_id);
-    std::printf(" %s%s", (const char*)id, std::strcmp((const char*)id, (const char*)same_id) ? "!" : "");
+    bool agree = std::strcmp((const char*)id, (const char*)same_id) == 0;
+    std::printf(" %s%s", (const char*)id, agree ? "" : "!");
   }
   std::printf("\n");
 
