@@ -112,3 +112,22 @@ def test_bad_input_gives_statuses_and_messages_never_a_crash(stored, tmp_path):
     silent = [name for name, (status, messages) in results.items()
               if status not in (OK,) and messages == 0]
     assert silent == [], "failures with no message through odla_SetLogger's logger"
+
+
+@pytest.mark.parametrize("environment", [
+    {"VIRTUAL_ENV": "/nonexistent"},  # a Python without odla-tvm: odla_tvm does not import
+    {"PYTHONHOME": "/nonexistent"},  # a Python that cannot start
+])
+def test_build_calls_without_a_usable_python_give_a_status(tmp_path, environment):
+    libodla.build()
+    source = tmp_path / "create.c"
+    source.write_text(
+        "#include <ODLA/odla.h>\n#include <stdio.h>\n"
+        "int main(void) {\n  odla_computation comp;\n"
+        "  printf(\"%d\\n\", odla_CreateComputation(&comp));\n"
+        "  printf(\"%d\\n\", odla_CreateComputation(&comp));\n  return 0;\n}\n")
+    program = c.compile_program(tmp_path / "create", [source], "gcc", ["-std=c99"])
+    done = c.run_program(program, env={"PYTHONPATH": "", **environment})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]  # ODLA_DL_ERROR, and again on a second call
+    assert "odla_CreateComputation" in done.stderr
