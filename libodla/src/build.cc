@@ -115,10 +115,9 @@ _odla_computation& Current() {
   return *current;
 }
 
-}  // namespace
-
-std::vector<odla_value> Values(_odla_computation* computation, const char* function,
-                               std::initializer_list<Arg> args) {
+// odla_tvm.<function>(*args) in `computation`: the objects it returned, owned.
+std::vector<odla_tvm_object> Objects(_odla_computation* computation, const char* function,
+                                     std::initializer_list<Arg> args) {
   std::vector<odla_tvm_arg> prepared;
   for (const Arg& a : args) {  // the C structs, pointing into each Arg's own storage
     odla_tvm_arg c = a;
@@ -132,38 +131,54 @@ std::vector<odla_value> Values(_odla_computation* computation, const char* funct
   }
   odla_tvm_object results[ODLA_MAX_OUTPUTS];
   odla_size_t count = 0;
+  CheckCompiler(Compiler().call(function, computation ? computation->object : nullptr,
+                                prepared.data(), prepared.size(), results, &count));
+  return std::vector<odla_tvm_object>(results, results + count);
+}
+
+// The handle of a Value `computation` returned: the one it has, or a new one it keeps.
+odla_value Handle(_odla_computation& computation, odla_tvm_object object) {
   const odla_tvm_compiler_api& compiler = Compiler();
-  CheckCompiler(compiler.call(function, computation ? computation->object : nullptr,
-                              prepared.data(), prepared.size(), results, &count));
+  auto value = std::make_unique<_odla_value>();
+  const char* id = nullptr;
+  if (odla_status s = compiler.describe(object, &id, &value->type)) {
+    compiler.release(object);
+    throw Error(s, compiler.last_error());
+  }
+  value->id = id;
+  auto known = computation.by_id.find(value->id);
+  if (known != computation.by_id.end() && known->second->object == object) {
+    compiler.release(object);
+    return known->second;
+  }
+  value->object = object;
+  value->computation = &computation;
+  computation.by_id[value->id] = value.get();
+  computation.values.push_back(std::move(value));
+  computation.changed_since_compile = true;
+  return computation.values.back().get();
+}
+
+}  // namespace
+
+std::vector<odla_value> Values(_odla_computation* computation, const char* function,
+                               std::initializer_list<Arg> args) {
+  std::vector<odla_tvm_object> objects = Objects(computation, function, args);
   std::vector<odla_value> values;
-  for (odla_size_t i = 0; i < count; ++i) {
-    auto value = std::make_unique<_odla_value>();
-    value->object = results[i];
-    const char* id = nullptr;
-    if (odla_status s = compiler.describe(results[i], &id, &value->type)) {
-      compiler.release(results[i]);
-      throw Error(s, compiler.last_error());
-    }
-    value->id = id;
-    value->computation = computation;
-    if (computation != nullptr) {
-      auto known = computation->by_id.find(value->id);
-      if (known != computation->by_id.end() && known->second->object == results[i]) {
-        compiler.release(results[i]);  // a Value it has a handle for
-        values.push_back(known->second);
-        continue;
-      }
-    }
-    values.push_back(value.get());
-    if (computation != nullptr) {
-      computation->by_id[value->id] = value.get();
-      computation->values.push_back(std::move(value));
-      computation->changed_since_compile = true;
-    } else {
-      compiler.release(value->object);
+  for (size_t i = 0; i < objects.size(); ++i) {
+    try {
+      values.push_back(Handle(*Require(computation, "computation"), objects[i]));
+    } catch (...) {
+      for (size_t j = i + 1; j < objects.size(); ++j) Compiler().release(objects[j]);
+      throw;
     }
   }
   return values;
+}
+
+void Do(_odla_computation* computation, const char* function, std::initializer_list<Arg> args) {
+  for (odla_tvm_object object : Objects(computation, function, args)) Compiler().release(object);
+  if (computation != nullptr) computation->changed_since_compile = true;
 }
 
 Arg Self(_odla_computation* computation) {
@@ -195,10 +210,6 @@ odla_values Ops(const char* function, std::initializer_list<Arg> args) {
   return result;
 }
 
-void Do(_odla_computation* computation, const char* function, std::initializer_list<Arg> args) {
-  Values(computation, function, args);
-  if (computation != nullptr) computation->changed_since_compile = true;
-}
 
 std::shared_ptr<_odla_executable> Compiled(_odla_computation& computation) {
   std::lock_guard<std::mutex> lock(computation.compile_mutex);
