@@ -93,8 +93,12 @@ def _commands(directory: Path) -> list[tuple[list[str], list[str], str]]:
     runtime_link = [*[f"-L{d}" for d in runtime_dirs], "-ltvm_runtime", "-ltvm_ffi",
                     *[f"-Wl,-rpath,{d}" for d in runtime_dirs], "-ldl", "-pthread",
                     f"-Wl,--version-script={exported}"]
+    # what stored executables must have been built by, and what odla_GetVersionString says
+    versions = [f'-DODLA_TVM_TVM_VERSION="{_version("apache-tvm")}"',
+                f'-DODLA_TVM_VERSION="{_version("odla-tvm")}"']
     return [
-        ([str(SOURCE_DIR / s) for s in RUNTIME_SOURCES], includes + runtime_link, LIBRARY),
+        ([str(SOURCE_DIR / s) for s in RUNTIME_SOURCES], includes + versions + runtime_link,
+         LIBRARY),
         ([str(SOURCE_DIR / s) for s in COMPILER_SOURCES],
          [f"-I{INCLUDE_DIR}", f"-I{SOURCE_DIR}", *python_compile, *python_link],
          COMPILER_LIBRARY),
@@ -157,13 +161,15 @@ def _write_pkg_config(directory: Path) -> None:
     (directory / PKG_CONFIG).write_text(
         f"libdir={directory}\nincludedir={INCLUDE_DIR}\n\n"
         "Name: odla_tvm\nDescription: ODLA 0.5 C API on Apache TVM (odla-tvm)\n"
-        f"Version: {_version()}\n"
+        f"Version: {_version('odla-tvm')}\n"
         "Cflags: -I${includedir}\nLibs: -L${libdir} -lodla_tvm -Wl,-rpath,${libdir}\n")
 
 
-def _version() -> str:
+def _version(distribution: str) -> str:
+    """An installed distribution's version, "" where it is not installed (a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        from importlib.metadata import version
-        return version("odla-tvm")
-    except Exception:  # noqa: BLE001 (not installed: a source tree)
-        return "0"
+        return version(distribution)
+    except PackageNotFoundError:
+        return ""

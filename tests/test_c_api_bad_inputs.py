@@ -24,6 +24,7 @@ EXPECTED = {
     "load_truncated_file": INVALID_PARAM,
     "load_altered_file": INVALID_PARAM,
     "load_foreign_file": INVALID_PARAM,
+    "load_other_tvms_file": UNSUPPORTED_DEVICE_TYPE,
     "load_null_path": INVALID_PARAM,
     "load_from_uri": UNSUPPORTED_DATATYPE,
     "load_null_result": INVALID_PARAM,
@@ -88,7 +89,9 @@ def stored(tmp_path_factory):
     odla.destroy_computation(comp)
     files = {"good": blob, "truncated": blob[:len(blob) // 2],
              "altered": blob[:len(blob) // 2] + bytes([blob[len(blob) // 2] ^ 0xFF])
-             + blob[len(blob) // 2 + 1:], "foreign": b"\x7fELF this is not an executable\n"}
+             + blob[len(blob) // 2 + 1:], "foreign": b"\x7fELF this is not an executable\n",
+             # the manifest (unhashed) says another TVM built it: 0.27 becomes 9.27
+             "other_tvm": blob.replace(b'"tvm_version": "0', b'"tvm_version": "9', 1)}
     paths = {}
     for name, data in files.items():
         paths[name] = directory / f"{name}.odla"
@@ -102,7 +105,7 @@ def test_bad_input_gives_statuses_and_messages_never_a_crash(stored, tmp_path):
                                 ["-std=c99", "-Wall", "-Wextra"])
     paths, missing = stored
     done = c.run_program(program, paths["good"], paths["truncated"], paths["altered"],
-                         paths["foreign"], missing)
+                         paths["foreign"], missing, paths["other_tvm"])
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[-1] == "done"

@@ -128,6 +128,6 @@ odla_status odla_SetLogger(odla_logging_func f) {
 
 odla_logging_func odla_GetLogger(void) { return logger.load(); }
 
-const char* odla_GetVersionString(void) { return "odla-tvm ODLA 0.5.0"; }
+const char* odla_GetVersionString(void) { return "odla-tvm " ODLA_TVM_VERSION " (ODLA 0.5.0)"; }
 
 }  // extern "C"

@@ -17,6 +17,13 @@
 
 #include "compiler_api.h"
 
+#ifndef ODLA_TVM_VERSION  // both defined by libodla.build()
+#define ODLA_TVM_VERSION ""
+#endif
+#ifndef ODLA_TVM_TVM_VERSION  // "": stored executables' TVM is not checked
+#define ODLA_TVM_TVM_VERSION ""
+#endif
+
 namespace odla_tvm {
 
 // A failure carrying the ODLA status the entry point returns.

@@ -228,6 +228,11 @@ StoredExecutable ParseManifest(const ffi::json::Object& manifest, const std::str
   if (arch != here || kind != "cpu")
     throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE, what + " holds code for a " + arch + " " + kind +
                                                   "; this library runs " + here + " CPU code");
+  std::string tvm = Text(manifest, "tvm_version", r);
+  if (tvm != ODLA_TVM_TVM_VERSION && *ODLA_TVM_TVM_VERSION)
+    throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE, what + " was built by TVM " + tvm + "; this "
+                                              "library runs TVM " ODLA_TVM_TVM_VERSION
+                                              "; recompile it from its computation");
   StoredExecutable stored;
   stored.args = Slots(manifest, "args", r);
   stored.outputs = Slots(manifest, "outputs", r);

@@ -1,7 +1,7 @@
 /* Bad input from C: each case prints "<name> <status> <messages>", the status the call returned
  * (for ops: 0 for a value, -1 for NULL) and how many messages ODLA's logger received. The
  * process never aborts.
- *   bad_inputs GOOD.odla TRUNCATED.odla ALTERED.odla FOREIGN_FILE MISSING_FILE */
+ *   bad_inputs GOOD.odla TRUNCATED.odla ALTERED.odla FOREIGN_FILE MISSING_FILE OTHER_TVM.odla */
 #include <ODLA/odla.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   pthread_t thread;
   odla_bool yes = 1;
   odla_resource_location uri;
-  if (argc < 6) return 2;
+  if (argc < 7) return 2;
   memset(x, 0, sizeof x);
   odla_SetLogger(count);
   odla_SetLogLevel(ODLA_LOG_LEVEL_WARN);
@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   report("load_truncated_file", odla_LoadExecutable(path(argv[2]), NULL, &bad));
   report("load_altered_file", odla_LoadExecutable(path(argv[3]), NULL, &bad));
   report("load_foreign_file", odla_LoadExecutable(path(argv[4]), NULL, &bad));
+  report("load_other_tvms_file", odla_LoadExecutable(path(argv[6]), NULL, &bad));
   report("load_null_path", odla_LoadExecutable(path(NULL), NULL, &bad));
   uri = path(argv[1]);
   uri.location_type = ODLA_LOCATION_URI;
