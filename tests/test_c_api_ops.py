@@ -1,8 +1,8 @@
 """Ops of every header group through the C library against NumPy: tests/c_api/op_groups.cc
 (basic, math, nn, process, quantization, control flow; async launch with callbacks, the
-profiler, counts and indices, run-time shapes, the interpreter, device info), and a custom op called through
-ctypes from this Python process, which already runs odla_tvm (as HALO's driver does): the
-library uses this interpreter, taking the GIL, from several threads at once."""
+profiler, counts and indices, run-time shapes, the interpreter, device info), and a custom op
+called through ctypes from this Python process, which already runs odla_tvm (as HALO's driver
+does): the library uses this interpreter, taking the GIL, from several threads at once."""
 
 from __future__ import annotations
 
