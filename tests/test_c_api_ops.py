@@ -39,6 +39,7 @@ EXPECTED = {
     "dq": np.clip(np.rint(X / np.float32(0.05)), -128, 127) * np.float32(0.05),
     "branch_true": X + 1, "branch_false": X - 1, "concat_shape": [4, 3],
     "dynamic_shape": [5, 3], "dynamic": np.maximum(np.arange(15) - 7.0, 0),
+    "batch_shape": [2, 3], "batch": np.maximum(np.arange(6) - 7.0, 0),
     "interpreted_exp": np.exp(X),
 }
 

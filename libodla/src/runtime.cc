@@ -100,16 +100,30 @@ class VmLease {
 };
 
 // The shape argument `slot` runs with: its own, or the context's run-time shape where dynamic.
-const odla_value_shape& ArgumentShape(const _odla_value& slot, const _odla_context& ctx) {
-  bool dynamic = false;
-  for (int i = 0; i < slot.type.shape.size; ++i) dynamic |= slot.type.shape.dims[i] < 0;
-  if (!dynamic) return slot.type.shape;
+// The shape argument `slot` runs with: its own; where dynamic, the run-time shape the context
+// gives it, or its own with the context's RUN_BATCH_SIZE where only its batch is dynamic.
+odla_value_shape ArgumentShape(const _odla_value& slot, const _odla_context& ctx) {
+  int dynamic = 0;
+  for (int i = 0; i < slot.type.shape.size; ++i) dynamic += slot.type.shape.dims[i] < 0;
+  if (dynamic == 0) return slot.type.shape;
   auto found = ctx.shapes.find(slot.id);
+  if (found == ctx.shapes.end() && ctx.run_batch > 0 && dynamic == 1 &&
+      slot.type.shape.dims[0] < 0) {
+    odla_value_shape batch = slot.type.shape;
+    batch.dims[0] = ctx.run_batch;
+    return batch;
+  }
   if (found == ctx.shapes.end())
     throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " has the dynamic shape " +
                                         ShapeText(slot.type.shape) +
-                                        "; give its run-time shape with odla_SetRuntimeShape");
+                                        "; give its run-time shape with odla_SetRuntimeShape "
+                                        "(or the batch with the context's RUN_BATCH_SIZE)");
   const odla_value_shape& shape = found->second;
+  if (ctx.run_batch > 0 && slot.type.shape.dims[0] < 0 && shape.size > 0 &&
+      shape.dims[0] != ctx.run_batch)
+    throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " has batch " +
+                                        std::to_string(shape.dims[0]) + "; the context's "
+                                        "RUN_BATCH_SIZE is " + std::to_string(ctx.run_batch));
   bool fits = shape.size == slot.type.shape.size;
   for (int i = 0; fits && i < shape.size; ++i)
     fits = shape.dims[i] >= 0 &&
@@ -131,7 +145,7 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
   if (bound == ctx.inputs.end() || bound->second == nullptr)
     throw Error(ODLA_INVALID_PARAM, "argument " + slot.id + " is not bound; bind it with "
                                     "odla_BindToArgument or odla_BindToArgumentById");
-  const odla_value_shape& shape = ArgumentShape(slot, ctx);
+  const odla_value_shape shape = ArgumentShape(slot, ctx);
   _odla_context::Input& input = ctx.cached[index];
   const void* data = bound->second;
   if (input.tensor.defined() && input.data == data && SameShape(input.shape, shape)) {
@@ -265,10 +279,18 @@ void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value val
     case ODLA_ASYNC_CALLBACK_ARG:
       ctx.callback_arg = reinterpret_cast<void*>(value);
       return;
+    case ODLA_RUN_BATCH_SIZE: {
+      odla_int32 batch = *reinterpret_cast<const odla_int32*>(Require(value, "value"));
+      if (batch < 1) throw Error(ODLA_INVALID_PARAM, "RUN_BATCH_SIZE is " + std::to_string(batch) +
+                                                         "; expected >= 1");
+      ctx.run_batch = batch;
+      return;
+    }
     default:
       throw Error(ODLA_UNSUPPORTED_DATATYPE, "context item " + std::to_string(type) +
                                                  " has no meaning here; the context takes "
-                                                 "ASYNC_CALLBACK_FUNC and ASYNC_CALLBACK_ARG");
+                                                 "RUN_BATCH_SIZE, ASYNC_CALLBACK_FUNC and "
+                                                 "ASYNC_CALLBACK_ARG");
   }
 }
 

@@ -33,6 +33,7 @@ struct _odla_context {
   // run-time shapes: of dynamic arguments, set by the caller; of outputs, after each run
   std::unordered_map<std::string, odla_value_shape> shapes;
   std::unordered_map<std::string, tvm::ffi::Tensor> results;  // of the last run, not bound
+  int64_t run_batch = 0;  // RUN_BATCH_SIZE, if set
   int (*callback)(void*, odla_status) = nullptr;
   void* callback_arg = nullptr;
   // Input tensors of the last run, reused while their data pointers and shapes stay.

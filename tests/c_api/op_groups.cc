@@ -120,6 +120,17 @@ int RunDynamic() {
   Print("dynamic_shape", shape.dims, shape.size);
   Print("dynamic", out, 15);
   odla_DestroyContext(ctx);
+  odla_CreateContext(&ctx);  // a batch of 2 given as the context's RUN_BATCH_SIZE
+  odla_int32 batch = 2;
+  odla_SetContextItem(ctx, ODLA_RUN_BATCH_SIZE, reinterpret_cast<odla_item_value>(&batch));
+  odla_BindToArgumentById(ID("d"), in, ctx);
+  odla_BindToOutputById(ID("r"), out, ctx);
+  if (odla_ExecuteComputation(comp, ctx, ODLA_COMPUTE_INFERENCE, nullptr) != ODLA_SUCCESS)
+    return 1;
+  odla_GetRuntimeShape(ctx, r, &shape);
+  Print("batch_shape", shape.dims, shape.size);
+  Print("batch", out, 6);
+  odla_DestroyContext(ctx);
   odla_DestroyComputation(comp);
   return 0;
 }
