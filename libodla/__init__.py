@@ -125,6 +125,11 @@ def _compile_flags(flags: list[str]) -> list[str]:
     return [f for f in flags if not f.startswith(("-L", "-l", "-Wl,", "-pthread"))]
 
 
+# digest -> the error its build failed with in this process, not tried again (each try takes
+# minutes on a small machine)
+_failed_builds: dict[str, RuntimeError] = {}
+
+
 def build(force: bool = False) -> Path:
     """Builds the library into library_dir() unless built from these sources already;
     returns libodla_tvm.so's path."""
@@ -136,6 +141,19 @@ def build(force: bool = False) -> Path:
     if not force and stamp.is_file() and stamp.read_text() == digest and all(
             (directory / name).is_file() for _, _, name in commands):
         return directory / LIBRARY
+    if not force and digest in _failed_builds:
+        raise _failed_builds[digest]
+    try:
+        _build(directory, commands)
+    except RuntimeError as err:
+        _failed_builds[digest] = err
+        raise
+    _write_pkg_config(directory)
+    stamp.write_text(digest)
+    return directory / LIBRARY
+
+
+def _build(directory: Path, commands) -> None:
     (directory / "exports.map").write_text("{ global: odla_*; local: *; };\n")
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         jobs = [(s, flags, Path(tmp) / f"{Path(s).stem}.o") for sources, flags, _ in commands
@@ -152,9 +170,6 @@ def build(force: bool = False) -> Path:
             if done.returncode:
                 raise RuntimeError(f"linking {name} failed:\n{done.stderr[-4000:]}")
             os.replace(partial, directory / name)  # atomic: a running program keeps its copy
-    _write_pkg_config(directory)
-    stamp.write_text(digest)
-    return directory / LIBRARY
 
 
 def _write_pkg_config(directory: Path) -> None:
