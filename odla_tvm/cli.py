@@ -356,8 +356,21 @@ def cache(args) -> None:
               f"{entry.model}")
 
 
+def config(args) -> None:
+    """The C library's compile and link flags (built first where it is not yet)."""
+    import libodla
+
+    libodla.build(force=args.build)
+    flags = ([*libodla.cflags()] if args.cflags else []) + ([*libodla.libs()] if args.libs else [])
+    if args.libdir:
+        flags.append(str(libodla.library_dir()))
+    if not (args.cflags or args.libs or args.libdir):
+        flags = [*libodla.cflags(), *libodla.libs()]
+    print(" ".join(flags))
+
+
 COMMANDS = {"info": info, "run": run, "export": export, "profile": profile, "tune": tune,
-            "bench": bench, "rpc-server": rpc_server, "cache": cache}
+            "bench": bench, "rpc-server": rpc_server, "cache": cache, "config": config}
 # Each command's arguments checked before it starts (its own checks of what it reads follow).
 CHECKS = {"info": check_info, "run": check_run, "export": check_export, "profile": check_profile,
           "bench": check_bench, "rpc-server": check_rpc_server, "cache": check_cache}
@@ -458,6 +471,14 @@ def main(argv=None) -> int:
     cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
     cache_parser.add_argument("--cache-dir", help="the cache directory (default "
                               "$ODLA_TVM_CACHE_DIR or ~/.cache/odla-tvm)")
+    config_parser = commands.add_parser(
+        "config", help="flags to compile and link a C program against ODLA's C API "
+        "(libodla_tvm.so, built here first if need be)")
+    config_parser.add_argument("--cflags", action="store_true", help="the headers' folder")
+    config_parser.add_argument("--libs", action="store_true", help="link flags, with an rpath")
+    config_parser.add_argument("--libdir", action="store_true",
+                               help="the library's folder (odla_tvm.pc is there)")
+    config_parser.add_argument("--build", action="store_true", help="rebuild the library")
     run_parser = commands.add_parser(
         "run", help="run MODEL once on given or seeded random inputs: print and save its "
         "outputs, then time a few runs")

@@ -12,3 +12,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade "pip>=23.1"
 .venv/bin/python -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}"
+# ODLA's C library (libodla/lib/libodla_tvm.so, headers in libodla/include): built with the
+# system g++ against the installed TVM runtime, no network; `odla-tvm config` prints its flags.
+if command -v g++ >/dev/null; then
+    .venv/bin/python -c "import libodla; print('C library:', libodla.build())"
+else
+    echo "g++ not found: the C library (libodla_tvm.so) is not built; apt-get install g++" >&2
+fi

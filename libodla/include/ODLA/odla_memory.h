@@ -1,0 +1,39 @@
+/* odla-tvm: ODLA 0.5 C API, ABI-compatible with the public ODLA headers.
+ * odla_memory.h: Host and device memory. */
+
+#ifndef _ODLA_MEMORY_H_
+#define _ODLA_MEMORY_H_
+
+#include <ODLA/odla_common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ODLA_MEMCPY_H2H,
+  ODLA_MEMCPY_H2D,
+  ODLA_MEMCPY_D2H,
+  ODLA_MEMCPY_D2D,
+} odla_memcpy_type;
+
+extern ODLA_API_EXPORT odla_status ODLA_API_CALL
+odla_AllocateDeviceMemory(odla_void** dev_ptr, odla_size_t size);
+
+extern ODLA_API_EXPORT odla_status ODLA_API_CALL
+odla_FreeDeviceMemory(odla_void* ptr);
+
+extern ODLA_API_EXPORT odla_status ODLA_API_CALL
+odla_AllocateHostMemory(odla_void** host_ptr, odla_size_t size);
+
+extern ODLA_API_EXPORT odla_status ODLA_API_CALL
+odla_FreeHostMemory(odla_void* ptr);
+
+extern ODLA_API_EXPORT odla_status ODLA_API_CALL odla_CopyMemory(
+    odla_void* dst, odla_void* src, odla_size_t size, odla_memcpy_type type);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif

@@ -1,0 +1,50 @@
+// Reading odla-tvm's stored executable (what odla_tvm.store_executable writes) without Python:
+//   "ODLATVM\0", u32 format version 1, u64 manifest length, the JSON manifest, then the
+//   sections the manifest's "sections" place (offsets after the manifest): "library" (the
+//   compiled shared library), "variables" and "weights" (NumPy .npz archives, entries
+//   "v<i>" and "w<i>", stored uncompressed). Exported bundles are read too: a folder with
+//   manifest.json (the same slots, and every file's sha256), model.so and .npy files.
+#ifndef ODLA_TVM_STORED_EXECUTABLE_H_
+#define ODLA_TVM_STORED_EXECUTABLE_H_
+
+#include <dlpack/dlpack.h>
+
+#include <list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "internal.h"
+
+namespace odla_tvm {
+
+struct Slot {
+  std::string id;
+  odla_value_type type{};
+};
+
+struct Array {  // an .npy entry: its dtype, shape and data (a view of the stored bytes)
+  DLDataType dtype{};
+  std::vector<int64_t> shape;
+  std::string_view data;
+};
+
+struct StoredExecutable {
+  std::vector<Slot> args, outputs, variables;
+  std::string_view library;  // the library's bytes, or
+  std::string library_path;  // (a bundle's) its file
+  std::vector<Array> variable_data, weights;
+  std::list<std::string> held;  // what the arrays view, where not the caller's blob
+};
+
+// Parses `blob` (kept alive by the caller); a malformed one throws Error naming `what`.
+StoredExecutable ParseStoredExecutable(const std::string& blob, const std::string& what);
+
+// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256.
+StoredExecutable ParseBundle(const std::string& root);
+
+DLDataType DataType(odla_element_type type);
+
+}  // namespace odla_tvm
+
+#endif  // ODLA_TVM_STORED_EXECUTABLE_H_

@@ -1,0 +1,148 @@
+"""The C library's executables across processes and languages: examples/c's programs build a
+CNN in C and store it, Python loads it; Python stores one and a C process loads and runs it
+with neither libpython nor TVM's compiler mapped, on 8 threads at once; and a bundle Python
+exported."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import libodla
+import odla_tvm as odla
+
+try:
+    from . import c_programs as c
+    from . import reference as ref
+except ImportError:
+    import c_programs as c
+    import reference as ref
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="the C tests build with gcc")
+
+EXAMPLES = c.ROOT / "examples" / "c"
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """examples/c's two programs, built as C99 with the flags `odla-tvm config` prints."""
+    libodla.build()
+    directory = tmp_path_factory.mktemp("examples")
+    flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    return {name: c.compile_program(directory / name, [EXAMPLES / f"{name}.c"], "gcc", flags,
+                                    ["-lm"])
+            for name in ("build_cnn", "run_executable")}
+
+
+def formula(count: int, scale: float, seed: int) -> np.ndarray:
+    """build_cnn.c's fill()."""
+    return (scale * np.sin(0.37 * (np.arange(count) + 1) + seed)).astype(np.float32)
+
+
+def build_cnn_reference() -> tuple[np.ndarray, int]:
+    x = formula(192, 1.0, 0).reshape(1, 3, 8, 8)
+    w, b = formula(108, 0.3, 1).reshape(4, 3, 3, 3), formula(4, 0.1, 2)
+    fc_w, fc_b = formula(640, 0.2, 3).reshape(64, 10), formula(10, 0.1, 4).reshape(1, 10)
+    y = ref.conv(x, w, b, strides=(1, 1), dilations=(1, 1), pads_front=(1, 1), pads_back=(1, 1))
+    y = ref.max_pool(np.maximum(y, 0), window=(2, 2), strides=(2, 2), pads_front=(0, 0),
+                     pads_back=(0, 0))
+    fc = y.reshape(1, 64).astype(np.float64) @ fc_w + fc_b
+    return ref.softmax(fc, 1).ravel(), int(np.argmax(fc))
+
+
+@pytest.fixture(scope="module")
+def c_stored(examples, tmp_path_factory):
+    """build_cnn's output and the executable it stored."""
+    path = tmp_path_factory.mktemp("c_stored") / "cnn.odla"
+    done = c.run_program(examples["build_cnn"], path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout, path
+
+
+def test_c99_example_builds_runs_and_stores_a_cnn(c_stored):
+    stdout, path = c_stored
+    lines = stdout.split()
+    expected, best = build_cnn_reference()
+    np.testing.assert_allclose([float(v) for v in lines[:10]], expected, rtol=1e-4, atol=1e-6)
+    assert int(lines[lines.index("best") + 1]) == best
+    assert path.stat().st_size > 0
+
+
+def test_executable_stored_by_c_loads_in_python(c_stored):
+    _, path = c_stored
+    session = odla.Session(str(path))
+    x = formula(192, 1.0, 0).reshape(1, 3, 8, 8)
+    prob, best = session.run({"input": x}, ["prob", "best"])
+    expected, expected_best = build_cnn_reference()
+    np.testing.assert_allclose(prob.ravel(), expected, rtol=1e-4, atol=1e-6)
+    assert best.dtype == np.int64 and int(best.ravel()[0]) == expected_best
+
+
+@pytest.fixture(scope="module")
+def python_stored(tmp_path_factory):
+    """An executable Python compiled and stored, its input and Python's own outputs."""
+    directory = tmp_path_factory.mktemp("python_stored")
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    E, VT = odla.ElementType, odla.ValueType
+    comp = odla.create_computation()
+    arg = odla.create_argument(VT(E.FLOAT32, (4, 6)), "x")
+    y = odla.tanh(odla.gemm(arg, False, odla.create_constant(VT(E.FLOAT32, (6, 5)), w), False,
+                            1.0, 0.0), "y")
+    odla.set_value_as_output(y)
+    odla.set_value_as_output(odla.arg_max(y, 1, True, False, VT(E.INT64, ()), "k"))
+    exe = odla.compile_computation(comp)
+    path = directory / "model.odla"
+    odla.store_executable(str(path), exe)
+    odla.export(exe, None, directory / "bundle")
+    expected = odla.Session(exe).run({"x": x}, ["y", "k"])
+    odla.destroy_computation(comp)
+    x_file = directory / "x.bin"
+    x.tofile(x_file)
+    return path, x_file, expected
+
+
+def run_stored(examples, path, x_file, out_dir: Path, *options):
+    out_dir.mkdir()
+    done = c.run_program(examples["run_executable"], path, out_dir, *options, x_file,
+                         env={"PYTHONPATH": "/nonexistent"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    y = np.fromfile(out_dir / "y.bin", np.float32).reshape(4, 5)
+    k = np.fromfile(out_dir / "k.bin", np.int64).reshape(4, 1)
+    return done.stdout, y, k
+
+
+def test_python_stored_executable_runs_in_c_without_python_or_compiler(examples, python_stored,
+                                                                       tmp_path):
+    path, x_file, (y_expected, k_expected) = python_stored
+    copy = tmp_path / "copy.odla"
+    stdout, y, k = run_stored(examples, path, x_file, tmp_path / "out", "--store", copy)
+    np.testing.assert_array_equal(y, y_expected)
+    np.testing.assert_array_equal(k, k_expected)
+    assert "maps libpython: no" in stdout and "maps libtvm_compiler: no" in stdout
+    # ... and what C stored again loads in Python
+    y_again, k_again = odla.Session(str(copy)).run({"x": np.fromfile(x_file, np.float32)
+                                                    .reshape(4, 6)}, ["y", "k"])
+    np.testing.assert_array_equal(y_again, y_expected)
+    np.testing.assert_array_equal(k_again, k_expected)
+
+
+def test_eight_threads_run_one_executable_with_their_own_contexts(examples, python_stored,
+                                                                  tmp_path):
+    path, x_file, (y_expected, k_expected) = python_stored
+    _, y, k = run_stored(examples, path, x_file, tmp_path / "out", "--threads", "8",
+                         "--repeat", "20")
+    np.testing.assert_array_equal(y, y_expected)
+    np.testing.assert_array_equal(k, k_expected)
+
+
+def test_exported_bundle_runs_in_c(examples, python_stored, tmp_path):
+    path, x_file, (y_expected, k_expected) = python_stored
+    stdout, y, k = run_stored(examples, path.with_name("bundle"), x_file, tmp_path / "out")
+    np.testing.assert_array_equal(y, y_expected)
+    np.testing.assert_array_equal(k, k_expected)
+    assert "maps libpython: no" in stdout and "maps libtvm_compiler: no" in stdout
