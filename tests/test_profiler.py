@@ -83,8 +83,12 @@ def test_profiler_state_errors():
     with pytest.raises(odla.OdlaError) as err:
         odla.stop_device_profiler(device)
     assert "not running" in str(err.value)
-    with pytest.raises(odla.OdlaError):
-        odla.start_device_profiler("cpu")
+    with pytest.raises(odla.OdlaError) as err:
+        odla.start_device_profiler("toaster")  # device names are strings too; not this one
+    assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE and "INTEL_X86" in str(err.value)
+    with pytest.raises(odla.OdlaError) as err:
+        odla.start_device_profiler(3.5)
+    assert err.value.status == Status.INVALID_PARAM and "expected a Device" in str(err.value)
 
 
 def test_profile_command(tmp_path):
