@@ -416,7 +416,7 @@ def test_bench_refuses_bad_input():
 def test_overhead_and_report():
     overhead = call_overhead(calls=200)
     assert list(overhead) == ["bare VM call", "CompiledModule.run", "launch_executable",
-                              "Session.run"]
+                              "Session.run", "bare VM call (C++)", "odla_LaunchExecutable (C)"]
     assert all(us > 0 for us in overhead.values())
     tuned = ModelResult("resnet50", "light_resnet50.onnx", {
         "default": PathResult(0.11, 5), "tvm": PathResult(2.0, 3),

@@ -3,6 +3,7 @@ call on a tiny model."""
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import tempfile
@@ -20,7 +21,10 @@ from ..context import bind_to_argument, create_context
 from ..executable import compile_computation, launch_executable
 from ..ops.math import add
 from ..session import Session
-from ..types import ElementType, ItemType, ValueType
+from ..types import ElementType, ItemType, OdlaError, ValueType
+from .c_overhead import c_call_overhead
+
+log = logging.getLogger(__name__)
 
 SLOW_RUN_S = 20.0  # a pure-TVM run slower than this is timed once
 ALONE_BUDGET_S = 30.0  # pure-TVM timed runs stop at 3 once they add up to this
@@ -103,7 +107,7 @@ def per_call_us(call, calls: int = 20000, repeats: int = 7) -> float:
 def call_overhead(calls: int = 20000) -> dict[str, float]:
     """Microseconds per call on a tiny model (one add of a 1x4 float32 argument): the bare VM
     call on prepared device tensors, CompiledModule.run (NumPy in and out),
-    launch_executable and Session.run."""
+    launch_executable and Session.run; then the same from C++ and C (c_overhead)."""
     comp = create_computation()
     with tempfile.TemporaryDirectory() as no_records:
         set_computation_item(comp, ItemType.CACHE_DIR, no_records)
@@ -115,9 +119,14 @@ def call_overhead(calls: int = 20000) -> dict[str, float]:
     bind_to_argument(x, data, context)
     session = Session(executable)
     feeds = {"x": data}
-    return {
+    rows = {
         "bare VM call": per_call_us(executable.module.bare_call([data]), calls),
         "CompiledModule.run": per_call_us(lambda: executable.module.run([data]), calls),
         "launch_executable": per_call_us(lambda: launch_executable(executable, context), calls),
         "Session.run": per_call_us(lambda: session.run(feeds), calls),
     }
+    try:
+        rows.update(c_call_overhead(executable, calls))
+    except OdlaError as err:
+        log.warning("no C rows in the cost per call: %s", err.message)
+    return rows
