@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from . import demo
+from . import demo, gpu_device
 from .benchmark import LIGHT_MODELS
 from .bundle import export as export_bundle
 from .device import (
@@ -52,6 +52,8 @@ def info(args) -> None:
                 else "TVM compiles everything")
         missing = default_plugin_missing() if name == DeviceName.DEFAULT else None
         print(f"    path: {path}" + (f" ({DEFAULT_PLUGIN} cannot run: {missing})" if missing else ""))
+    if DeviceName.NVIDIA_GPU not in available_devices():
+        print(f"  NVIDIA_GPU: unavailable: {gpu_device.missing()}")
     print("targets:")
     for spec in targets.available_targets():
         print(f"  {spec.name}: {spec.target} ({spec.description})")
