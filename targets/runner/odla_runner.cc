@@ -212,7 +212,7 @@ ffi::Tensor OnDevice(const ffi::Tensor& t, DLDevice device) {
 void Synchronize(DLDevice device) {
   if (device.device_type == kDLCPU) return;
   static auto sync = ffi::Function::GetGlobal("runtime.Device_StreamSync").value();
-  sync(device, nullptr);
+  sync(device, 0);  // TVM launches its kernels on the default stream
 }
 
 }  // namespace
