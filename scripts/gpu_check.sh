@@ -44,8 +44,9 @@ run)
         [ -f "$CHECK_DIR.tar.xz" ] || { echo "no $CHECK_DIR.tar.xz: run 'scripts/gpu_check.sh prepare' and carry it" >&2; exit 2; }
         ${PYTHON:-python3} -m tarfile -e "$CHECK_DIR.tar.xz" build
     fi
+    # BUDGET: seconds before torch.compile's rows are skipped (the device's time is short).
     ${PYTHON:-python3} scripts/gpu/check.py "$CHECK_DIR" -o docs/gpu.md ${OUT:+-o "$OUT/gpu.md"} \
-        ${BUDGET:+--budget "$BUDGET"} ${REPEAT:+--repeat "$REPEAT"}
+        --budget "${BUDGET:-300}" ${REPEAT:+--repeat "$REPEAT"}
     ;;
 *)
     sed -n '2,15p' "$0" >&2
