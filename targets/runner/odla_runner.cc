@@ -22,6 +22,8 @@
 
 #include <dlfcn.h>
 
+#include "odla_checks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -196,19 +198,6 @@ DLDevice OpenDevice(const std::string& name) {
   return gpu;
 }
 
-// A copy of ``t`` on ``device`` (``t`` itself where it is there already).
-ffi::Tensor OnDevice(const ffi::Tensor& t, DLDevice device) {
-  const DLTensor* dl = t.GetDLTensorPtr();
-  if (dl->device.device_type == device.device_type && dl->device.device_id == device.device_id)
-    return t;
-  static auto alloc = ffi::Function::GetGlobal("runtime.TVMTensorAllocWithScope").value();
-  static auto copy = ffi::Function::GetGlobal("runtime.TVMTensorCopyFromTo").value();
-  ffi::Tensor out = alloc(ffi::Shape(std::vector<int64_t>(dl->shape, dl->shape + dl->ndim)),
-                          dl->dtype, device, "global").cast<ffi::Tensor>();
-  copy(t, out);
-  return out;
-}
-
 void Synchronize(DLDevice device) {
   if (device.device_type == kDLCPU) return;
   static auto sync = ffi::Function::GetGlobal("runtime.Device_StreamSync").value();
@@ -262,12 +251,13 @@ int main(int argc, char** argv) {
       std::string dtype;
       args.push_back(ReadNpy(path, &dtype));
       CheckInput(s, args.back(), dtype, path);
-      args.back() = OnDevice(args.back(), device);
+      args.back() = odla_checks::OnDevice(args.back(), device);
     }
     if (next_input != inputs.size())
       throw std::runtime_error(std::to_string(inputs.size()) + " input files given; the bundle has " +
                                std::to_string(next_input) + " arguments");
 
+    odla_checks::RegisterChecks();
     ffi::Module lib = ffi::Module::LoadFromFile(bundle + "/" + library);
     ffi::Module vm = lib->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
     // device type, id, allocator (2: pooled) for the device, then the same for the host
@@ -289,7 +279,7 @@ int main(int argc, char** argv) {
     size_t index = 0;
     for (const Slot& s : slots) {
       if (s.kind != "out") continue;
-      ffi::Tensor t = OnDevice(outputs[index++].cast<ffi::Tensor>(), DLDevice{kDLCPU, 0});
+      ffi::Tensor t = odla_checks::OnHost(outputs[index++].cast<ffi::Tensor>());
       WriteNpy(out_dir + "/" + s.name + ".npy", *t.GetDLTensorPtr());
       std::cout << "output " << s.name << ": " << DtypeByDL(t.GetDLTensorPtr()->dtype).name
                 << ShapeText(std::vector<int64_t>(t.GetDLTensorPtr()->shape,
