@@ -90,7 +90,8 @@ def runtime(check: Path) -> None:
     targets.build_runner(SPEC, check / "bin" / "odla_runner", check / "lib")
     # Its source and headers, for a GPU machine whose C library is older than this one's.
     (check / "src").mkdir(exist_ok=True)
-    shutil.copyfile(targets.runner.RUNNER_SOURCE, check / "src" / "odla_runner.cc")
+    for name in (targets.runner.RUNNER_SOURCE.name, "odla_checks.h"):
+        shutil.copyfile(targets.runner.RUNNER_SOURCE.parent / name, check / "src" / name)
     for include in targets.runner.include_dirs():
         shutil.copytree(include, check / "include", dirs_exist_ok=True)
 
