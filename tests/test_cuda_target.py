@@ -18,7 +18,7 @@ import targets
 from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
 from odla_tvm.demo import build_small_cnn
-from targets.cuda import default_gpu_kernels, unscheduled_kernels
+from targets.cuda.kernels import default_gpu_kernels, unscheduled_kernels
 from targets.runtime import fused_kernels
 
 CUDA = targets.get_target("cuda")
@@ -67,6 +67,24 @@ def test_every_kernel_of_a_default_cuda_build_is_scheduled(build):
     # Every kernel the build calls is GPU code.
     assert device_code and module.kernel_bindings and all(
         name in device_code[0].inspect_source() for name in module.kernel_bindings)
+    odla.destroy_computation(comp)
+
+
+def roi_align():
+    """ROI pooling: a reduction over a window found at run time, whose reads dlight's
+    Reduction rule asserts against (every CUDA build holding one failed)."""
+    comp = odla.create_computation()
+    x = odla.create_argument(VT(E.FLOAT32, (1, 4, 10, 10)), "x")
+    rois = odla.create_argument(VT(E.FLOAT32, (3, 5)), "rois")
+    odla.set_value_as_output(odla.roi_align(x, odla.MemoryLayout.CHANNELS_FIRST, rois, 2, 1.0,
+                                            (3, 4, 5, 5)))
+    return comp
+
+
+def test_a_kernel_dlight_cannot_analyse_is_scheduled_by_the_next_rule():
+    comp = roi_align()
+    assert unscheduled_kernels(default_gpu_kernels(comp.build_module(), CUDA)) == []
+    assert targets.compile_module(comp.build_module(), CUDA).kernel_bindings
     odla.destroy_computation(comp)
 
 

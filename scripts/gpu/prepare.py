@@ -25,7 +25,7 @@ import tvm
 import odla_tvm as odla
 import targets
 from odla_tvm.frontends.onnx import import_model
-from targets.cuda import default_gpu_kernels, unscheduled_kernels
+from targets.cuda.kernels import default_gpu_kernels, unscheduled_kernels
 
 SPEC = targets.get_target("cuda")
 # Where nvcc's toolkit keeps the CUDA runtime libtvm_runtime_cuda.so links (carried, so that

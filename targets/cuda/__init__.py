@@ -1,8 +1,8 @@
-"""The cuda target's own parts: the check that every kernel of a GPU build is scheduled (a
-kernel binding no GPU thread cannot run there), and the CUDA devices of this machine."""
+"""The cuda target's own parts: its default schedule rules (dlight's, made to decline what
+they cannot analyse), this machine's CUDA devices, and, in targets.cuda.kernels, the check
+that every kernel of a GPU build is scheduled (a kernel binding no GPU thread cannot run)."""
 
 from .devices import CudaDevice, CudaUnavailable, cuda_devices
-from .kernels import default_gpu_kernels, thread_bound, unscheduled_kernels
+from .rules import Declining, gpu_rules
 
-__all__ = ["CudaDevice", "CudaUnavailable", "cuda_devices", "default_gpu_kernels",
-           "thread_bound", "unscheduled_kernels"]
+__all__ = ["CudaDevice", "CudaUnavailable", "Declining", "cuda_devices", "gpu_rules"]

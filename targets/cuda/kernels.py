@@ -1,6 +1,7 @@
 """Whether each kernel of a GPU build is scheduled: bound to GPU blocks and threads. An unbound
 kernel is what TVM's CUDA build refuses (VerifyMemory: the host touching device memory), so
-this names the kernels at fault before the build fails on the first of them."""
+this names the kernels at fault before the build fails on the first of them. (Not imported by
+targets.cuda: it needs targets.runtime, which imports targets.cuda's rules.)"""
 
 from __future__ import annotations
 
