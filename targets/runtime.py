@@ -26,6 +26,7 @@ from .conv_rewrites import conv_rewrites
 from .amx import amx_products, has_amx, parts_schedules
 from .math_rewrites import powers_by_roots
 from .cpu_schedules import default_schedules
+from .cuda.rules import gpu_rules
 from .in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
 from .layouts import constant_layouts_folded, layout_passes, rewrite_functions, without_uncalled
 from .registry import TargetSpec, cpu_count, default_pool_spin
@@ -776,8 +777,7 @@ def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
     the target's default rules: dlight's on GPUs, targets.cpu_schedules' on CPUs (none for a
     target with neither). The rules change the module they are given as well."""
     if "dlight" in spec.schedules:
-        kernels = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(kernels)
+        kernels = dl.ApplyDefaultSchedule(*gpu_rules())(kernels)
     if "cpu-default" in spec.schedules:
         kernels = default_schedules()(kernels)
     return kernels
