@@ -84,6 +84,8 @@ def run_bundle(program: Path, model: Path, batch: str, order: list, repeat: int,
     latency = float(done.stdout.split("latency: median ")[1].split()[0])
     matches, worst = True, 0.0
     for expected in sorted((model / f"expected-b{batch}").glob("*.npy")):
+        if not (out / expected.name).is_file():
+            return latency, False, math.inf, f"odla_runner wrote no {expected.name}"
         ok, difference = compare(read_npy(out / expected.name), read_npy(expected))
         matches, worst = matches and ok, max(worst, difference)
     return latency, matches, worst, None
