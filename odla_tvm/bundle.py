@@ -154,13 +154,15 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
             digests[slot["file"]] = file_sha256(root / slot["file"])
         library.result()
     lines = [f"library {LIBRARY}"]
+    if spec.device_kind != "cpu":  # odla_runner runs it there (signature.txt's "device")
+        lines.append(f"device {spec.device_kind}")
     lines += [f"arg {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["args"]]
     lines += [f"var {s['name']} {_dtype(s)} {_dims(s)} {s['file']}" for s in manifest["variables"]]
     lines += [f"var {s['name']} {s['dtype']} {','.join(map(str, s['dims']))} {s['file']}"
               for s in manifest["weights"]]
     lines += [f"out {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["outputs"]]
     (root / "signature.txt").write_text("\n".join(lines) + "\n")
-    manifest["runtime_libraries"] = sorted(targets.RUNTIME_LIBRARIES)
+    manifest["runtime_libraries"] = sorted(targets.runtime_library_names(spec))
     if with_runner:
         (root / "lib").mkdir()
         for name, source in targets.runtime_libraries(spec).items():
@@ -205,7 +207,8 @@ def _readme(manifest: dict, spec: targets.TargetSpec, with_runner: bool) -> str:
         "outputs (written as OUTPUT_DIR/<name>.npy):",
         *[f"  {s['name']}: {_dtype(s)} {tuple(s['type']['dims'])}" for s in manifest["outputs"]],
         "",
-        "bin/odla_runner finds lib/libtvm_runtime.so and lib/libtvm_ffi.so beside it."
+        f"bin/odla_runner finds {', '.join(f'lib/{n}' for n in manifest['runtime_libraries'])} "
+        "beside it."
         if with_runner else
         "This bundle has no runner: export again with --with-runner to add bin/odla_runner "
         "and the TVM runtime for this architecture.",

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from . import gpu_device
 from .bench import driver as bench_driver
 from .bench import report as bench_report
 from .bench.models import LIGHT_MODELS, model_files
@@ -59,6 +60,8 @@ def info(args) -> None:
                 else "TVM compiles everything")
         missing = default_plugin_missing() if name == DeviceName.DEFAULT else None
         print(f"    path: {path}" + (f" ({DEFAULT_PLUGIN} cannot run: {missing})" if missing else ""))
+    if DeviceName.NVIDIA_GPU not in available_devices():
+        print(f"  NVIDIA_GPU: unavailable: {gpu_device.missing()}")
     print("targets:")
     for spec in targets.available_targets():
         print(f"  {spec.name}: {spec.target} ({spec.description})")

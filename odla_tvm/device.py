@@ -8,6 +8,7 @@ import time
 
 import targets
 
+from . import gpu_device
 from .types import DeviceInfo, DeviceName, OdlaError, Status, VendorName, checked, odla_enum
 from .version import __version__
 
@@ -75,8 +76,9 @@ def _plugin_devices() -> dict[DeviceName, targets.VendorPlugin]:
 
 
 def available_devices() -> list[DeviceName]:
+    gpu = [DeviceName.NVIDIA_GPU] if gpu_device.missing() is None else []
     return [DeviceName.DEFAULT, *_DEVICE_TARGETS] + [d for d in _plugin_devices()
-                                                     if d not in _DEVICE_TARGETS]
+                                                     if d not in _DEVICE_TARGETS] + gpu
 
 
 def _device_target(device_name: DeviceName) -> targets.TargetSpec:
@@ -84,6 +86,8 @@ def _device_target(device_name: DeviceName) -> targets.TargetSpec:
         return default_target()
     if device_name in _DEVICE_TARGETS:
         return targets.get_target(_DEVICE_TARGETS[device_name])
+    if device_name == DeviceName.NVIDIA_GPU:
+        return gpu_device.gpu_target()
     plugin = _plugin_devices().get(device_name)
     if plugin is None:
         raise OdlaError(
@@ -207,6 +211,8 @@ def get_device_info(device: Device, info_type: DeviceInfo):
         # The CPU's "driver" is the operating system kernel.
         DeviceInfo.DRIVER_VERSION: lambda: f"{platform.system()} {platform.release()}",
     }
+    if device.target.device_kind == "cuda":
+        answers = gpu_device.gpu_answers(device.index, answers)
     if info_type not in answers:
         raise OdlaError(
             Status.INVALID_PARAM,

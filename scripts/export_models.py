@@ -75,13 +75,13 @@ class MainOutputs(torch.nn.Module):
         return tuple(out[name] for name in self.output_names)
 
 
-def example_inputs(kind, size, config):
+def example_inputs(kind, size, config, batch=1):
     if kind == "image":
-        return {"pixel_values": torch.randn(1, 3, size, size)}
-    ids = torch.randint(0, config.vocab_size, (1, size), dtype=torch.int64)
+        return {"pixel_values": torch.randn(batch, 3, size, size)}
+    ids = torch.randint(0, config.vocab_size, (batch, size), dtype=torch.int64)
     # One padded position, so that tracing keeps the masking path rather than folding it away.
-    mask = torch.ones(1, size, dtype=torch.int64)
-    mask[0, -1] = 0
+    mask = torch.ones(batch, size, dtype=torch.int64)
+    mask[:, -1] = 0
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -135,17 +135,25 @@ def fold_constants(path, output_shapes):
     onnx.save(model, path)
 
 
-def export(name, path):
-    cls, config, kind, size = MODELS[name]
+def seeded_model(name, models=MODELS, batch=1):
+    """(MainOutputs of the model, its example inputs, its outputs' shapes), seeded as above;
+    ``models`` maps names to (class, config, input kind, size) as MODELS does."""
+    cls, config, kind, size = models[name]
     torch.manual_seed(0)
     model = cls(config).eval()
     if kind == "image":
         calibrate_batchnorm(model, size)
-    inputs = example_inputs(kind, size, config)
+    inputs = example_inputs(kind, size, config, batch)
     with torch.no_grad():
         out = model(**inputs, return_dict=True)
     output_names = [k for k in MAIN_OUTPUTS if out.get(k) is not None]
-    wrapper = MainOutputs(model, list(inputs), output_names)
+    return (MainOutputs(model, list(inputs), output_names), inputs,
+            [tuple(out[k].shape) for k in output_names])
+
+
+def export(name, path, models=MODELS, batch=1):
+    wrapper, inputs, output_shapes = seeded_model(name, models, batch)
+    output_names = wrapper.output_names
     tmp = f"{path}.{os.getpid()}.tmp"  # same directory, so os.replace is atomic
     try:
         with torch.no_grad(), warnings.catch_warnings():
@@ -156,7 +164,7 @@ def export(name, path):
             warnings.filterwarnings("ignore", "Exporting aten::index operator")
             torch.onnx.export(wrapper, tuple(inputs.values()), tmp, input_names=list(inputs),
                               output_names=output_names, opset_version=17, dynamo=False)
-        fold_constants(tmp, [tuple(out[k].shape) for k in output_names])
+        fold_constants(tmp, output_shapes)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -24,7 +24,8 @@ from .plugins import (
     register_plugin,
 )
 from .tuning.rpc import Tracker, TrackerError
-from .runner import RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries
+from .runner import (RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries,
+                     runtime_library_names)
 from .runtime import CompiledModule, allocate, release_freed_memory
 from .compiler import compile_module
 from .training_runtime import DeviceFunctions
@@ -36,6 +37,7 @@ __all__ = [
     "build_rpc_server",
     "build_runner",
     "runtime_libraries",
+    "runtime_library_names",
     "CompiledModule",
     "allocate",
     "DeviceFunctions",

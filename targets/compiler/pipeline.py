@@ -19,6 +19,7 @@ from ..cpu.in_place import SUFFIX as IN_PLACE_SUFFIX, residuals_in_place
 from ..cpu.layouts import constant_layouts_folded, layout_passes
 from ..cpu.math_rewrites import powers_by_roots
 from ..cpu.schedules import default_schedules
+from ..cuda.rules import gpu_rules
 from ..runtime import CompiledModule, ready_to_run_plugins, release_freed_memory
 from ..specs import TargetSpec
 from ..weights import WeightFiles, lift_weights
@@ -97,8 +98,7 @@ def default_scheduled(kernels: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
     the target's default rules: dlight's on GPUs, targets.cpu.schedules' on CPUs (none for a
     target with neither). The rules change the module they are given as well."""
     if "dlight" in spec.schedules:
-        kernels = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(kernels)
+        kernels = dl.ApplyDefaultSchedule(*gpu_rules())(kernels)
     if "cpu-default" in spec.schedules:
         kernels = default_schedules()(kernels)
     return kernels

@@ -28,11 +28,15 @@ RUNNER_SOURCE = Path(__file__).with_name("odla_runner.cc")
 RPC_SERVER_SOURCE = Path(__file__).with_name("odla_rpc_server.cc")
 # The two libraries a compiled module needs at run time, by the wheel that ships them.
 RUNTIME_LIBRARIES = {"libtvm_runtime.so": "apache-tvm", "libtvm_ffi.so": "apache-tvm-ffi"}
+# A GPU module's besides: TVM's CUDA device and loader of its GPU code (odla_runner loads it for
+# a GPU bundle only; it links libcudart.so.13 and the driver's libcuda.so.1).
+CUDA_RUNTIME_LIBRARIES = {"libtvm_runtime_cuda.so": "apache-tvm"}
 _WHEEL_PLATFORMS = {"aarch64": "manylinux_2_28_aarch64", "x86_64": "manylinux_2_28_x86_64"}
 
 
 def _installed_library(name: str) -> Path:
-    package_dir = Path(tvm.__file__ if name == "libtvm_runtime.so" else tvm_ffi.__file__).parent
+    package = tvm if name.startswith("libtvm_runtime") else tvm_ffi
+    package_dir = Path(package.__file__).parent
     return package_dir / "lib" / name
 
 
@@ -41,12 +45,17 @@ def include_dirs() -> list[Path]:
     return [Path(tvm_ffi.__file__).parent / "include", Path(tvm.__file__).parent / "include"]
 
 
+def runtime_library_names(spec: TargetSpec) -> dict[str, str]:
+    """The runtime libraries a module of ``spec`` needs, by the wheel that ships them."""
+    return RUNTIME_LIBRARIES | (CUDA_RUNTIME_LIBRARIES if spec.device_kind == "cuda" else {})
+
+
 def runtime_libraries(spec: TargetSpec) -> dict[str, Path]:
-    """libtvm_runtime.so and libtvm_ffi.so built for ``spec``'s machine, matching the TVM
-    in use: this process's own for the host, else taken from the PyPI wheels of that
+    """The runtime libraries (runtime_library_names) built for ``spec``'s machine, matching the
+    TVM in use: this process's own for the host, else taken from the PyPI wheels of that
     architecture (downloaded once into the cache)."""
     if spec.arch == platform.machine():
-        return {name: _installed_library(name) for name in RUNTIME_LIBRARIES}
+        return {name: _installed_library(name) for name in runtime_library_names(spec)}
     versions = {pkg: metadata.version(pkg) for pkg in set(RUNTIME_LIBRARIES.values())}
     target_dir = cache_dir() / "runtime" / spec.arch / versions["apache-tvm"]
     libraries = {name: target_dir / name for name in RUNTIME_LIBRARIES}

@@ -5,16 +5,24 @@
 // BUNDLE_DIR holds signature.txt (written by odla-tvm's export), the compiled library and the
 // variables' data. Inputs are .npy files, one per argument in signature order; each output is
 // written to OUTPUT_DIR/<output name>.npy. The median latency of N runs is printed.
+// A bundle for a GPU (signature line "device cuda") has the runner load libtvm_runtime_cuda.so
+// from its library path, copy the inputs and variables to GPU 0 once, and time each run to the
+// device's synchronisation.
 //
 // signature.txt lines:  library FILE
 //                       arg NAME DTYPE DIMS          (DIMS: comma-separated, -1 = any size)
 //                       var NAME DTYPE DIMS FILE.npy
 //                       out NAME DTYPE DIMS
+//                       device cpu|cuda              (optional; default cpu)
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
+
+#include <dlfcn.h>
+
+#include "odla_checks.h"
 
 #include <algorithm>
 #include <chrono>
@@ -175,6 +183,28 @@ void CheckInput(const Slot& slot, const ffi::Tensor& t, const std::string& dtype
                              " (-1: any size)");
 }
 
+// TVM's CUDA runtime registers the device and the loader of the library's GPU code; it is
+// loaded only for a GPU bundle, so that CPU bundles run where no CUDA driver is installed.
+DLDevice OpenDevice(const std::string& name) {
+  if (name == "cpu") return DLDevice{kDLCPU, 0};
+  if (name != "cuda") throw std::runtime_error("unknown device " + name + "; expected cpu or cuda");
+  if (!dlopen("libtvm_runtime_cuda.so", RTLD_NOW | RTLD_GLOBAL))
+    throw std::runtime_error(std::string("no CUDA device: cannot load TVM's CUDA runtime (") +
+                             dlerror() + ")");
+  DLDevice gpu{kDLCUDA, 0};
+  int kExist = 0;  // tvm::runtime::DeviceAttrKind
+  auto attr = ffi::Function::GetGlobal("runtime.GetDeviceAttr").value();
+  if (attr(static_cast<int>(gpu.device_type), gpu.device_id, kExist).cast<int64_t>() == 0)
+    throw std::runtime_error("no CUDA device: the driver is installed but reports no GPU");
+  return gpu;
+}
+
+void Synchronize(DLDevice device) {
+  if (device.device_type == kDLCPU) return;
+  static auto sync = ffi::Function::GetGlobal("runtime.Device_StreamSync").value();
+  sync(device, 0);  // TVM launches its kernels on the default stream
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -199,15 +229,15 @@ int main(int argc, char** argv) {
 
     std::ifstream sig(bundle + "/signature.txt");
     if (!sig) throw std::runtime_error(bundle + "/signature.txt is missing: not an odla-tvm bundle");
-    std::string library;
+    std::string library, device_name = "cpu";
     std::vector<Slot> slots;
     for (std::string line; std::getline(sig, line);) {
       std::stringstream ss(line);
       Slot s;
       std::string dims;
       ss >> s.kind;
-      if (s.kind == "library") {
-        ss >> library;
+      if (s.kind == "library" || s.kind == "device") {
+        ss >> (s.kind == "library" ? library : device_name);
         continue;
       }
       ss >> s.name >> s.dtype >> dims >> s.file;
@@ -215,6 +245,7 @@ int main(int argc, char** argv) {
       if (!s.kind.empty()) slots.push_back(s);
     }
 
+    DLDevice device = OpenDevice(device_name);
     std::vector<ffi::Tensor> args;
     size_t next_input = 0;
     for (const Slot& s : slots) {
@@ -225,15 +256,17 @@ int main(int argc, char** argv) {
       std::string dtype;
       args.push_back(ReadNpy(path, &dtype));
       CheckInput(s, args.back(), dtype, path);
+      args.back() = odla_checks::OnDevice(args.back(), device);
     }
     if (next_input != inputs.size())
       throw std::runtime_error(std::to_string(inputs.size()) + " input files given; the bundle has " +
                                std::to_string(next_input) + " arguments");
 
+    odla_checks::RegisterChecks();
     ffi::Module lib = ffi::Module::LoadFromFile(bundle + "/" + library);
     ffi::Module vm = lib->GetFunction("vm_load_executable").value()().cast<ffi::Module>();
     // device type, id, allocator (2: pooled) for the device, then the same for the host
-    vm->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, 2,
+    vm->GetFunction("vm_initialization").value()(static_cast<int>(device.device_type), 0, 2,
                                                  static_cast<int>(kDLCPU), 0, 2);
     ffi::Function run = vm->GetFunction("main").value();
 
@@ -243,6 +276,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < repeat; ++i) {
       auto start = std::chrono::steady_clock::now();
       run.CallPacked(packed.data(), static_cast<int32_t>(packed.size()), &result);
+      Synchronize(device);
       times.push_back(std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - start).count());
     }
@@ -250,7 +284,7 @@ int main(int argc, char** argv) {
     size_t index = 0;
     for (const Slot& s : slots) {
       if (s.kind != "out") continue;
-      ffi::Tensor t = outputs[index++].cast<ffi::Tensor>();
+      ffi::Tensor t = odla_checks::OnHost(outputs[index++].cast<ffi::Tensor>());
       WriteNpy(out_dir + "/" + s.name + ".npy", *t.GetDLTensorPtr());
       std::cout << "output " << s.name << ": " << DtypeByDL(t.GetDLTensorPtr()->dtype).name
                 << ShapeText(std::vector<int64_t>(t.GetDLTensorPtr()->shape,
