@@ -17,9 +17,9 @@ import odla_tvm as odla
 import targets
 from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
-from odla_tvm.demo import build_small_cnn
+from examples.quickstart import build_small_cnn
 from targets.cuda.kernels import default_gpu_kernels, unscheduled_kernels
-from targets.runtime import fused_kernels
+from targets.compiler import fused_kernels
 
 CUDA = targets.get_target("cuda")
 # TVM's CUDA build runs nvcc: without it nothing compiles for the target (CI has it).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 
-from ..registry import TargetSpec
+from ..specs import TargetSpec
 from ..compiler import default_scheduled, fused_kernels
 
 
