@@ -469,6 +469,8 @@ def _first_load_in_a_fresh_process(tmp_path, model, x, device_name):
     np.save(tmp_path / "x.npy", x)
     script = textwrap.dedent(f"""
         import numpy as np, odla_tvm as odla
+        # The compiler loaded first (its own code and tables are not what a compile frees).
+        import relay_bridge.graph, targets.compiler
         def status_mb(key):
             with open("/proc/self/status") as status:
                 return next(int(l.split()[1]) for l in status if l.startswith(key)) // 1024
