@@ -4,6 +4,7 @@ module and the run-time checks it calls use them."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 
 import ml_dtypes
@@ -46,7 +47,8 @@ def tensor(array: np.ndarray, dev: tvm_ffi.Device) -> tvm_ffi.Tensor:
     """A copy of ``array`` on ``dev``."""
     array = np.ascontiguousarray(array)
     result = empty(array.shape, str(array.dtype), dev)
-    runtime_function("runtime.TVMTensorCopyFromBytes")(result, array.ctypes.data, array.nbytes)
+    copy = runtime_function("runtime.TVMTensorCopyFromBytes")
+    copy(result, array.ctypes.data_as(ctypes.c_void_p), array.nbytes)
     return result
 
 
@@ -65,6 +67,6 @@ def numpy(value: tvm_ffi.Tensor) -> np.ndarray:
         return np.from_dlpack(value).copy()
     except (RuntimeError, TypeError, BufferError):  # another device, or a dtype DLPack lacks
         result = np.empty(tuple(value.shape), numpy_dtype(str(value.dtype)))
-        runtime_function("runtime.TVMTensorCopyToBytes")(value, result.ctypes.data,
-                                                         result.nbytes)
+        copy = runtime_function("runtime.TVMTensorCopyToBytes")
+        copy(value, result.ctypes.data_as(ctypes.c_void_p), result.nbytes)
         return result

@@ -99,14 +99,15 @@ def _table_section(results: list[ModelResult]) -> list[str]:
         ("| model | default ms | tvm ms | onnxruntime ms | openvino ms | default / ort "
          "| tvm / ort | openvino / ort | compile s (default / tvm / ort / ov) "
          "| peak RSS MB (default / tvm / ort / ov) | match (default / tvm / ov) "
-         "| cached load s (match) | checks ms (default / tvm) | runs (turns / tvm) |"),
+         "| cached load s (match) | cached peak RSS MB (ort) / compiler mapped "
+         "| checks ms (default / tvm) | runs (turns / tvm) |"),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
-        "| ---: | ---: |",
+        "| ---: | ---: | ---: |",
     ]
     four = ("default", "tvm", "onnxruntime", "openvino")
     for r in results:
         if r.error:
-            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 13)
+            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 14)
             continue
         path = r.paths.get
         turns = min((path(p).runs for p in IN_TURNS if p != "tvm" and path(p) and path(p).runs),
@@ -118,6 +119,7 @@ def _table_section(results: list[ModelResult]) -> list[str]:
             f"{_each([path(p) and path(p).peak_rss_mb for p in four], '{:.0f}'.format)} | "
             f"{_each([path(p) and path(p).match for p in COMPARED], _yes_no)} | "
             f"{_cached_load(path('cached'))} | "
+            f"{_cached_memory(path('cached'), path('onnxruntime'))} | "
             f"{_each([_check_share(r, p) for p in ('default', 'tvm')], str)} | "
             f"{_each([turns, path('tvm') and path('tvm').runs or None], str)} |")
     return lines + [""]
@@ -127,6 +129,15 @@ def _cached_load(cached: PathResult | None) -> str:
     if cached is None or cached.load_s is None:
         return "-"
     return f"{cached.load_s:.2f} ({_yes_no(cached.match)})"
+
+
+def _cached_memory(cached: PathResult | None, onnxruntime: PathResult | None) -> str:
+    """The cached load's peak RSS beside onnxruntime's whole process, and whether it mapped
+    TVM's compiler."""
+    if cached is None or cached.peak_rss_mb is None:
+        return "-"
+    ort = f"{onnxruntime.peak_rss_mb:.0f}" if onnxruntime and onnxruntime.peak_rss_mb else "-"
+    return f"{cached.peak_rss_mb:.0f} ({ort}) / {_yes_no(cached.compiler_mapped)}"
 
 
 def _check_share(result: ModelResult, path: str) -> str | None:

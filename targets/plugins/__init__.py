@@ -9,9 +9,9 @@ group, so a package outside this repository adds a vendor by declaring::
     [project.entry-points."odla_tvm.plugins"]
     myvendor = "myvendor_odla:PLUGIN"      # a VendorPlugin, or a function returning one
 
-Partitioning is TVM's (FuseOpsByPattern, MergeCompositeFunctions, RunCodegen: partition.py);
+Partitioning is TVM's (FuseOpsByPattern, MergeCompositeFunctions, RunCodegen: partitioning.py);
 what the plugin does not take stays with TVM's own code generation in the same module. The
-registry here loads nothing of TVM's compiler; partition.py and regions.py (what codegens
+registry here loads nothing of TVM's compiler; partitioning.py and regions.py (what codegens
 share) do, when first named.
 """
 
@@ -161,7 +161,7 @@ def check_item(name: str, value) -> object:
 
 
 # name -> the module defining it, imported (with TVM's compiler) on first use.
-_COMPILING = {"partition": ".partition", "offloaded_regions": ".partition",
+_COMPILING = {"partition": ".partitioning", "offloaded_regions": ".partitioning",
               "Step": ".regions", "composite_steps": ".regions", "static_library": ".regions"}
 
 
