@@ -163,8 +163,8 @@ def _row(name, default, tvm, ort, openvino=None, **paths):
 
 
 def test_report_ratios_geo_means_goals_and_notes():
-    results = [_row("bert", 0.12, 1.2, 0.1, 0.09, cached=PathResult(load_s=0.4, peak_rss_mb=100, match=True,
-                                                                compiler_mapped=False)),
+    cached = PathResult(load_s=0.4, peak_rss_mb=100, match=True, compiler_mapped=False)
+    results = [_row("bert", 0.12, 1.2, 0.1, 0.09, cached=cached),
                _row("vit", 0.2, 0.8, 0.2),
                ModelResult("gpt2", "gpt2.onnx", error="onnxruntime: out of memory")]
     text = report(results, OVERHEAD, 2, 600, (1.5, 2.5), why_no_chart="matplotlib is not "

@@ -13,7 +13,8 @@ PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned")
 class PathResult:
     """One model on one path. ``seconds``: the median of ``runs`` timed runs (None: it did not
     run, ``error`` says why); ``load_s``: ONNX import and compile (ODLA paths) or session
-    creation (the cached path's: its import too, as a served process's start); ``match``: its outputs against onnxruntime's."""
+    creation (the cached path's: its import too, as a served process's start); ``match``: its
+    outputs against onnxruntime's."""
 
     seconds: float | None = None
     runs: int = 0
