@@ -86,7 +86,10 @@ def _machine_section(threads, seconds, load) -> list[str]:
          "creation "
          "(onnxruntime, OpenVINO). *Cached load*: a second Session.from_onnx of the model on the "
          "DEFAULT device in a new process, reading the engine *default* kept in the engine "
-         f"cache (goal: at most {CACHED_GOAL_S:g} s), and whether its outputs match. "
+         f"cache, its import of odla_tvm included (goal: at most {CACHED_GOAL_S:g} s), and "
+         "whether its outputs match; then its runs, and its process's peak RSS beside "
+         "onnxruntime's whole process and whether it mapped TVM's compiler "
+         "(libtvm_compiler.so; a cached load runs on TVM's runtime alone). "
          "*Checks*: what a run spends in its run-time checks (indices, "
          "divisors, run-time shapes and sizes: their counting kernels and host calls), the "
          "median of profiled runs, and its share of the path's latency."),
