@@ -45,7 +45,7 @@ def empty(shape, dtype: str, dev: tvm_ffi.Device) -> tvm_ffi.Tensor:
 
 def tensor(array: np.ndarray, dev: tvm_ffi.Device) -> tvm_ffi.Tensor:
     """A copy of ``array`` on ``dev``."""
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # not ascontiguousarray: it makes 0-d 1-d
     result = empty(array.shape, str(array.dtype), dev)
     copy = runtime_function("runtime.TVMTensorCopyFromBytes")
     copy(result, array.ctypes.data_as(ctypes.c_void_p), array.nbytes)
