@@ -140,10 +140,10 @@ def limit_bytes() -> int:
 def _database_state(spec: targets.TargetSpec, cache_dir) -> str:
     """The tuning records that would apply to a build for ``spec``: their files' sizes and
     modification times (tuning more changes the key, so the engine is rebuilt with them)."""
-    database = targets.find_database(spec, cache_dir)
-    if database is None:
+    records = targets.find_records(spec, cache_dir)
+    if records is None:
         return "none"
-    files = sorted(p for p in database.directory.iterdir() if p.is_file())
+    files = sorted(p for p in records.directory.iterdir() if p.is_file())
     return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
 
 

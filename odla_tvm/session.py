@@ -24,6 +24,14 @@ PRECISIONS = {"fp32": {}, "bf16": {ItemType.BF16_MODE: Bf16Mode.PERFORMACE_MODE}
               "fp16": {ItemType.FP16_MODE: True}}
 
 
+def _onnx_frontend():
+    """odla_tvm.frontends.onnx, imported (with onnx) where a model is imported: a cache hit
+    needs neither."""
+    from .frontends import onnx
+
+    return onnx
+
+
 def _describe(model) -> str:
     """What an engine was built from, for `odla-tvm cache`: the file, or the model's graph."""
     if isinstance(model, (str, os.PathLike)):
@@ -86,8 +94,6 @@ class Session:
         instead of compiling (see odla_tvm.engine_cache). ``precision`` ("fp32", "bf16" or
         "fp16"; default fp32) sets the items of PRECISIONS before the compile; it is part of
         the engine's key."""
-        from .frontends.onnx import has_external_data, import_model  # onnx is needed only here
-
         device = checked_device(device)
         items = precision_items(precision)
         use_cache = engine_cache_module.enabled() if engine_cache is None else bool(engine_cache)
@@ -100,7 +106,7 @@ class Session:
             with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
                 digesting = pool.submit(engine_cache_module.model_digest, model, input_data,
                                         cache_dir)
-                computation = import_model(model, input_data)
+                computation = _onnx_frontend().import_model(model, input_data)
                 digest = digesting.result()
         key = None if digest is None else engine_cache_module.engine_key(
             digest, device, cache_dir, {"precision": precision} if items else None)
@@ -111,9 +117,9 @@ class Session:
                     destroy_computation(computation)
                 return cls(cached)
         if computation is None:
-            computation = import_model(model, input_data)
+            computation = _onnx_frontend().import_model(model, input_data)
         # A model whose weights live in other files is keyed on the .onnx file alone: not kept.
-        keep = key is not None and not has_external_data(model)
+        keep = key is not None and not _onnx_frontend().has_external_data(model)
         # The weights the compile lays out go to files beside the engine it keeps, out of
         # memory, and into the engine as they are (linked, not written again).
         with engine_cache_module.weight_files(cache_dir) if keep else \

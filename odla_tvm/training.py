@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 import relay_bridge
-import relay_bridge.training as lowering
 import targets
 
 from .computation import Computation, Value, _computation
@@ -38,6 +37,13 @@ from .executable import (
     write_atomically,
 )
 from .types import ElementType, OdlaError, Status, ValueType
+
+
+def _lowering():
+    """relay_bridge.training, imported (with TVM's compiler) where training first needs it."""
+    import relay_bridge.training
+
+    return relay_bridge.training
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +134,7 @@ class TrainingState:
         args = [functions.upload(a) for a in inputs] + [copy.tensors[v.id] for v in comp.variables]
         try:
             outputs, trained, state = functions.call(
-                relay_bridge.training.TRAIN_STEP, *args, copy.optimizer_state,
+                _lowering().TRAIN_STEP, *args, copy.optimizer_state,
                 copy.hyperparameter_tensors(hyper, dtype))
         except Exception as err:  # noqa: BLE001 (TVM raises many kinds; the caller gets one)
             raise OdlaError(Status.FAILURE, f"the training step failed to run: {err}") from None
@@ -154,7 +160,7 @@ class TrainingState:
         params = comp.args + comp.variables
         started = time.perf_counter()
         try:
-            module = lowering.training_module(forward, [params.index(v) for v in trained],
+            module = _lowering().training_module(forward, [params.index(v) for v in trained],
                                               comp.outputs.index(self.loss), self.optimizer)
         except relay_bridge.LoweringError as err:
             raise OdlaError(Status.UNSUPPORTED_OP, f"loss {self.loss.id!r}: {err}") from None
@@ -208,7 +214,7 @@ class TrainingState:
 
 def _trained_variables(comp: Computation, forward, loss: Value) -> list[Value]:
     params = comp.args + comp.variables
-    reaching = {params[i] for i in lowering.params_reaching(forward, comp.outputs.index(loss))}
+    reaching = {params[i] for i in _lowering().params_reaching(forward, comp.outputs.index(loss))}
     trained = [v for v in comp.variables if v in reaching and v.element_type in _FLOAT_TYPES]
     if not trained:
         raise OdlaError(
@@ -235,12 +241,12 @@ def _state(comp: Computation) -> TrainingState:
 
 def _hyperparameters(optimizer, given: dict) -> tuple[str, dict]:
     """The optimizer's name and full hyperparameters, checked; defaults fill what is not given."""
-    if optimizer not in lowering.OPTIMIZERS:
+    if optimizer not in _lowering().OPTIMIZERS:
         raise OdlaError(
             Status.INVALID_PARAM,
-            f"optimizer is {optimizer!r}; expected one of {', '.join(lowering.OPTIMIZERS)}",
+            f"optimizer is {optimizer!r}; expected one of {', '.join(_lowering().OPTIMIZERS)}",
         )
-    defaults = lowering.OPTIMIZERS[optimizer].hyperparameters
+    defaults = _lowering().OPTIMIZERS[optimizer].hyperparameters
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise OdlaError(
@@ -295,7 +301,7 @@ def differentiate_computation(computation: Computation, loss: Value | None = Non
             f"(outputs: {', '.join(repr(v.id) for v in comp.outputs) or 'none'})",
         )
     try:
-        lowering.check_loss(loss.handle)
+        _lowering().check_loss(loss.handle)
     except relay_bridge.LoweringError as err:
         raise OdlaError(Status.INVALID_PARAM, f"loss {loss.id!r} {err}") from None
     _state(comp).loss = loss
@@ -348,7 +354,7 @@ def compile_inference(computation: Computation, device: Device | None = None,
             f"({', '.join(repr(v.id) for v in comp.outputs) or 'none'}) besides the loss",
         )
     forward = comp.build_module(outputs=outputs)
-    needed = {i for k in range(len(outputs)) for i in lowering.params_reaching(forward, k)}
+    needed = {i for k in range(len(outputs)) for i in _lowering().params_reaching(forward, k)}
     return compile_outputs(comp, device, [v for i, v in enumerate(comp.args) if i in needed],
                            outputs)
 

@@ -1,19 +1,39 @@
 """Lowering of ODLA computations to Relax, TVM's graph IR.
 
 The ODLA layer hands operands as opaque handles (Relax expressions) and plain attributes;
-this package knows nothing of devices, targets or files.
+this package knows nothing of devices, targets or files. Importing it loads nothing of TVM's
+compiler: its errors and the run-time checks compiled modules call (checks) need TVM's
+runtime only; the lowering itself is imported, with the compiler, at its first use.
 """
 
-# First: importing toolchain loads TVM with torch hidden (toolchain.load_tvm).
-from toolchain.relax_ir import computed_constant, constant_view, op_names
+import importlib
 
-from .custom_ops import register_custom_op
+from toolchain import compiling_attributes
+
+from .checks import is_check_call
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
-from .graph import DYNAMIC_DIM, GraphBuilder, constant, dtype_of, shape_of
-from .kernels import is_check_call
-from .precision import PRECISIONS, reduce_precision
-from .registry import register, registered_ops
+
+# name -> the module defining it, imported (after toolchain.load_compiler) on first use.
+_LOWERING = {
+    "computed_constant": "toolchain.relax_ir", "constant_view": "toolchain.relax_ir",
+    "op_names": "toolchain.relax_ir",
+    "register_custom_op": ".custom_ops",
+    "DYNAMIC_DIM": ".graph", "GraphBuilder": ".graph", "constant": ".graph",
+    "dtype_of": ".graph", "shape_of": ".graph",
+    "PRECISIONS": ".precision", "reduce_precision": ".precision",
+    "register": ".registry", "registered_ops": ".registry",
+}
+
+
+_lowering = compiling_attributes(__name__, _LOWERING)
+
+
+def __getattr__(name: str):
+    value = _lowering(name)
+    importlib.import_module(".graph", __name__)  # registers every emitter
+    return value
+
 
 __all__ = [
     "DYNAMIC_DIM",

@@ -1,8 +1,10 @@
 """Checks the project's imports against the layers of docs/architecture.md: no import cycle
-among the modules of its packages (imports inside functions count), and no package importing
-one it must not (the bridge and the targets import nothing of each other; the library imports
-nothing from the tooling beside it, tools/ and examples/, which are not installed). Prints each
-violation and exits 1; exits 0 when there is none. tests/test_imports.py runs the same check.
+among the modules of its packages (imports inside functions count), no package importing one
+it must not (the bridge and the targets import nothing of each other; the library imports
+nothing from the tooling beside it, tools/ and examples/, which are not installed), and the
+run side apart from TVM's compiler (RUN_LAYER imports nothing of the compiler side, anywhere;
+importing odla_tvm or a RUN_LAYER module imports no `tvm`). Prints each violation and exits
+1; exits 0 when there is none. tests/test_imports.py runs the same check.
 
 Usage: python scripts/import_graph.py [ROOT]   (ROOT: the repository, by default this script's)
 """
@@ -26,6 +28,17 @@ FORBIDDEN = {
 }
 
 
+# The run layer: running a compiled module on TVM's runtime alone (apache-tvm-ffi and
+# libtvm_runtime.so). Its modules import nothing of the compiler side, inside functions
+# included: `tvm` (whose import loads libtvm_compiler.so) and every project module that
+# imports it at module level.
+RUN_LAYER = ("targets.runtime", "toolchain.tensors", "toolchain.tvm_loader",
+             "relay_bridge.checks", "relay_bridge.errors")
+# What importing these must never import `tvm` (through module-level imports, transitively).
+LEAN_IMPORTS = ("odla_tvm",) + RUN_LAYER
+COMPILER = "tvm"
+
+
 def find_modules(root):
     """{dotted module name: path} for every .py file of PACKAGES under root."""
     modules = {}
@@ -38,11 +51,26 @@ def find_modules(root):
     return modules
 
 
-def _imports(tree, module, is_package):
+def _module_level(tree):
+    """The nodes of tree that run when the module is imported: all but functions' bodies and
+    what `if TYPE_CHECKING:` holds (for type checkers only)."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+            continue
+        pending.extend(child for child in ast.iter_child_nodes(node) if not isinstance(
+            child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+
+def _imports(tree, module, is_package, module_level=False):
     """Yields (module name, imported names or None) for every import statement in tree,
-    functions' bodies included; relative names are resolved against module's package."""
+    functions' bodies included unless ``module_level``; relative names are resolved against
+    module's package."""
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in (_module_level(tree) if module_level else ast.walk(tree)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None
@@ -54,8 +82,9 @@ def _imports(tree, module, is_package):
             yield source, [alias.name for alias in node.names]
 
 
-def build_graph(root):
-    """{module: set of project modules it imports}.
+def build_graph(root, module_level=False, outside=()):
+    """{module: set of project modules it imports} (only at module level where
+    ``module_level``; with the top-level packages named in ``outside`` too, such as tvm).
 
     `import a.b` imports a and a.b (each package's __init__ runs); `from a import x` imports
     a.x where x is a submodule, else a itself (whose __init__ defines x). A package that holds
@@ -68,12 +97,14 @@ def build_graph(root):
         parts = module.split(".")
         holders = {".".join(parts[:i]) for i in range(1, len(parts) + is_package)}
         edges = set()
-        for source, names in _imports(ast.parse(path.read_text(), str(path)), module, is_package):
+        tree = ast.parse(path.read_text(), str(path))
+        for source, names in _imports(tree, module, is_package, module_level):
             steps = source.split(".")
             passed = {".".join(steps[:i]) for i in range(1, len(steps) + 1)} - holders
             named = {f"{source}.{n}" if f"{source}.{n}" in modules else source
                      for n in names} if names else {source}
             edges |= (passed | named) & modules.keys()
+            edges |= {source.split(".")[0]} & set(outside)
         edges.discard(module)
         graph[module] = edges
     return graph
@@ -121,6 +152,40 @@ def forbidden_imports(graph):
                   if imported.split(".")[0] in forbidden(module.split(".")[0]))
 
 
+def compiler_side(root):
+    """The project's modules that import the compiler (tvm) at module level, transitively."""
+    graph = build_graph(root, module_level=True, outside=(COMPILER,))
+    return {module for module in graph if COMPILER in _closure(graph, module)}
+
+
+def _closure(graph, module):
+    """What importing ``module`` imports, through ``graph``'s edges."""
+    seen, pending = set(), [module]
+    while pending:
+        for imported in graph.get(pending.pop(), ()):
+            if imported not in seen:
+                seen.add(imported)
+                pending.append(imported)
+    return seen
+
+
+def run_layer_violations(root):
+    """Lines for each RUN_LAYER module importing the compiler side (anywhere) and each
+    LEAN_IMPORTS module whose import imports the compiler."""
+    compiling = compiler_side(root) | {COMPILER}
+    anywhere = build_graph(root, outside=(COMPILER,))
+    lines = [f"run layer imports the compiler: {module} -> {imported}"
+             for module in RUN_LAYER if module in anywhere
+             for imported in sorted(anywhere[module] & compiling)]
+    module_level = build_graph(root, module_level=True, outside=(COMPILER,))
+    for module in LEAN_IMPORTS:
+        parts = module.split(".")  # importing a module imports its packages first
+        run = {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & module_level.keys()
+        if run and any(COMPILER in _closure(module_level, m) | {m} for m in run):
+            lines.append(f"importing {module} imports the compiler (tvm)")
+    return lines
+
+
 def violations(root):
     """Lines describing each cycle and forbidden import under root; empty when there is none."""
     graph = build_graph(root)
@@ -132,7 +197,7 @@ def violations(root):
             lines.append(f"  {module} -> {', '.join(inside)}")
     for module, target in forbidden_imports(graph):
         lines.append(f"forbidden import: {module} -> {target}")
-    return lines
+    return lines + run_layer_violations(root)
 
 
 def main(argv):

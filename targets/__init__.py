@@ -1,6 +1,10 @@
-"""Targets: what each device compiles to, and compiling and running for it."""
+"""Targets: what each device compiles to, and compiling and running for it.
 
-from toolchain import ToolchainMissing  # first: toolchain loads TVM with torch hidden
+Importing it loads nothing of TVM's compiler: target specs, the plugin registry and running a
+compiled module (runtime) need TVM's runtime only. The names that compile, tune or build
+import the compiler when first used."""
+
+from toolchain import ToolchainMissing, compiling_attributes
 
 from .specs import (
     TargetSpec,
@@ -23,14 +27,19 @@ from .plugins import (
     get_plugin,
     register_plugin,
 )
-from .tuning.rpc import Tracker, TrackerError
-from .runner import (RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries,
-                     runtime_library_names)
 from .runtime import CompiledModule, allocate, release_freed_memory
-from .compiler import compile_module
-from .training_runtime import DeviceFunctions
-from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
-from .weights import WeightFiles
+from .tuning import find_records
+
+__getattr__ = compiling_attributes(__name__, {
+    "Tracker": ".tuning.rpc", "TrackerError": ".tuning.rpc",
+    "RUNTIME_LIBRARIES": ".runner", "build_rpc_server": ".runner", "build_runner": ".runner",
+    "runtime_libraries": ".runner", "runtime_library_names": ".runner",
+    "compile_module": ".compiler",
+    "DeviceFunctions": ".training_runtime",
+    "TuningDatabase": ".tuning", "TuningReport": ".tuning", "TuningUnavailable": ".tuning",
+    "find_database": ".tuning", "tune": ".tuning",
+    "WeightFiles": ".weights",
+})
 
 __all__ = [
     "RUNTIME_LIBRARIES",
@@ -59,6 +68,7 @@ __all__ = [
     "TuningUnavailable",
     "available_targets",
     "compile_module",
+    "find_records",
     "release_freed_memory",
     "cpu_count",
     "find_database",

@@ -1,5 +1,7 @@
 """The run side of a compiled module: its VM on the target's device, NumPy arrays in and out,
-its library loaded from a file or written to one (targets.shared_library)."""
+its library loaded from a file or copied to one. It needs TVM's runtime alone (apache-tvm-ffi
+and libtvm_runtime.so, toolchain.tensors), never the compiler: a module just built in memory
+is targets.compiler's BuiltModule, which adds what running and exporting that needs."""
 
 from __future__ import annotations
 
@@ -11,12 +13,11 @@ import threading
 import time
 
 import numpy as np
-import tvm
 import tvm_ffi
-from tvm import relax
+
+from toolchain import tensors
 
 from . import plugins as vendor_plugins
-from .shared_library import export_library, linker
 from .specs import TargetSpec, cpu_count, default_pool_spin
 
 # TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
@@ -32,19 +33,19 @@ default_pool_spin(10000)
 _ALIGNMENT = 64  # bytes: what TVM's kernels assume of every buffer
 
 
-def _shared_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor | None:
+def _shared_tensor(array: np.ndarray, device) -> tvm_ffi.Tensor | None:
     """A TVM tensor over ``array``'s own memory where TVM can use it as it is (C-contiguous,
     64-byte aligned, on the CPU, a dtype DLPack carries, not empty), else None."""
     if (array.size and array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
             and device.dlpack_device_type() == 1):
         try:
-            return tvm.runtime.from_dlpack(array)
+            return tvm_ffi.from_dlpack(array)
         except (RuntimeError, TypeError, BufferError):
             return None
     return None
 
 
-def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm.runtime.Tensor] | None:
+def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm_ffi.Tensor] | None:
     """An aligned array shaped like ``array`` and a TVM tensor over it, to copy into; None off
     the CPU, for a dtype DLPack does not carry, or for an empty array."""
     if device.dlpack_device_type() != 1 or not array.size:
@@ -53,22 +54,22 @@ def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm.runtime.
     start = -raw.ctypes.data % _ALIGNMENT
     buffer = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
     try:
-        return buffer, tvm.runtime.from_dlpack(buffer)
+        return buffer, tvm_ffi.from_dlpack(buffer)
     except (RuntimeError, TypeError, BufferError):
         return None
 
 
-def device_tensor(array: np.ndarray, device) -> tvm.runtime.Tensor:
+def device_tensor(array: np.ndarray, device) -> tvm_ffi.Tensor:
     """``array`` as a TVM tensor on ``device``: the same memory where TVM can use it as it is
     (C-contiguous, 64-byte aligned, on that device), else a copy."""
     if array.size == 0:  # numpy keeps any strides on empty arrays; TVM wants compact ones
-        return tvm.runtime.empty(array.shape, str(array.dtype), device)
+        return tensors.empty(array.shape, str(array.dtype), device)
     shared = _shared_tensor(array, device)
     if shared is not None:
         return shared
     staged = _staging_buffer(array, device)
     if staged is None:
-        return tvm.runtime.tensor(np.require(array, requirements="C"), device)
+        return tensors.tensor(array, device)
     np.copyto(staged[0], array)
     return staged[1]
 
@@ -79,18 +80,12 @@ _array_size = tvm_ffi.get_global_func("ffi.ArraySize")
 _array_item = tvm_ffi.get_global_func("ffi.ArrayGetItem")
 
 
-def host_array(tensor: tvm.runtime.Tensor) -> np.ndarray:
-    """A NumPy copy of a TVM tensor (a copy: a result may alias an input or a constant). Through
-    DLPack on the CPU, much quicker than Tensor.numpy() for small tensors."""
-    try:
-        return np.from_dlpack(tensor).copy()
-    except (RuntimeError, TypeError, BufferError):
-        return tensor.numpy()  # another device, or a dtype NumPy's DLPack does not know
+host_array = tensors.numpy  # a NumPy copy of a TVM tensor
 
 
-def allocate(spec: TargetSpec, device_index: int, nbytes: int) -> tvm.runtime.Tensor:
+def allocate(spec: TargetSpec, device_index: int, nbytes: int) -> tvm_ffi.Tensor:
     """``nbytes`` of memory on ``spec``'s device, as a uint8 TVM tensor (DLPack-capable)."""
-    return tvm.runtime.empty((nbytes,), "uint8", spec.tvm_device(device_index))
+    return tensors.empty((nbytes,), "uint8", spec.tvm_device(device_index))
 
 
 def _no_instrument(*_):
@@ -122,7 +117,7 @@ def release_freed_memory() -> None:
         trim(0)
 
 
-def load_library(path: str) -> tvm.runtime.Module:
+def load_library(path: str) -> tvm_ffi.Module:
     """The shared library now at ``path``, loaded under a name of its own (a hard link beside
     it, removed once loaded): the dynamic loader hands back a library it loaded before under
     the same name, even where the file there has been replaced since (an engine cache entry
@@ -132,14 +127,35 @@ def load_library(path: str) -> tvm.runtime.Module:
     try:
         os.link(path, link)
     except OSError:  # a directory this process cannot write to: the name as it is
-        return tvm.runtime.load_module(path)
+        return _load_module(path)
     try:
-        return tvm.runtime.load_module(link)
+        return _load_module(link)
     finally:
         os.unlink(link)
 
 
 _library_loads = itertools.count()
+
+
+def _load_module(path: str) -> tvm_ffi.Module:
+    tensors.device("cpu")  # TVM's runtime loaded: the library's code calls into it
+    return tvm_ffi.load_module(path)
+
+
+# The VM's allocator for each device: TVM's pooled allocator, as relax.VirtualMachine's default.
+_POOLED_ALLOCATOR = 2
+
+
+def initialized_vm(library: tvm_ffi.Module, device: tvm_ffi.Device) -> tvm_ffi.Module:
+    """The Relax VM of ``library`` (a module with vm_load_executable) on ``device``, with the
+    host CPU too where ``device`` is another (the VM computes shapes there): what
+    relax.VirtualMachine does, without TVM's compiler."""
+    vm = library["vm_load_executable"]()
+    devices = [device] if device.dlpack_device_type() == 1 else [device, tensors.device("cpu")]
+    vm["vm_initialization"](*[value for dev in devices
+                              for value in (dev.dlpack_device_type(), dev.index,
+                                            _POOLED_ALLOCATOR)])
+    return vm
 
 
 class CompiledModule:
@@ -157,7 +173,7 @@ class CompiledModule:
         # Per weight, the .npy file holding it whole where the compile wrote it to one
         # (see targets.compiler), else None; none once it runs from a library and its weights.
         self.weight_paths: list = [None] * len(self.weights)
-        self._weight_tensors: list[tvm.runtime.Tensor] = []  # made with the VM, then kept:
+        self._weight_tensors: list[tvm_ffi.Tensor] = []  # made with the VM, then kept:
         # a vendor region packs a weight once, keyed on its address
         # External functions main calls: vendor plugins' regions and custom ops' C functions.
         self.vendor_regions = vendor_regions or []
@@ -177,8 +193,9 @@ class CompiledModule:
         # memory never moves, so the same array runs again without new checks.
         self._inputs: dict[int, tuple] = {}
 
-    def virtual_machine(self) -> relax.VirtualMachine:
-        """The module's VM on the target's device, made on first use."""
+    def virtual_machine(self) -> tvm_ffi.Module:
+        """The module's VM on the target's device (its functions by name), made on first
+        use."""
         if self._vm is None:
             if not self.spec.runs_here():
                 raise RuntimeError(
@@ -188,15 +205,14 @@ class CompiledModule:
             self._device = self.spec.tvm_device(self.device_index)
             if self.vendor_regions:
                 ready_to_run_plugins(self.spec)
-            if self._needs_vendor_library():
-                self.runtime_library = self._vendor_library()
-                self._vm = _vm_calling(self.library, self._device, self.runtime_library,
-                                       self.vendor_regions)
-            else:
-                self.runtime_library = self.library
-                self._vm = relax.VirtualMachine(self.library, self._device)
+            self._vm = self._new_vm()
             self._weight_tensors = [device_tensor(w, self._device) for w in self.weights]
         return self._vm
+
+    def _new_vm(self) -> tvm_ffi.Module:
+        """The VM of the library loaded from its file (setting runtime_library)."""
+        self.runtime_library = self.library
+        return initialized_vm(self.library, self._device)
 
     def run_from_library(self, path: str, weights: list[np.ndarray]) -> None:
         """Runs from the shared library at ``path`` (what ``export`` wrote of this module)
@@ -228,25 +244,25 @@ class CompiledModule:
         main = self._main or self._entry()
         # Plain loops: a comprehension costs more here, on every run of a tiny model.
         with self._lock:
-            tensors = []
+            arguments = []
             for slot, array in enumerate(inputs):
-                tensors.append(self._device_input(slot, array))
-            tensors += self._weight_tensors
+                arguments.append(self._device_input(slot, array))
+            arguments += self._weight_tensors
             if on_call is None:
-                result = main(*tensors)
+                result = main(*arguments)
             else:
-                vm = self.virtual_machine()
-                vm.set_instrument(_call_timer(on_call))
+                set_instrument = self.virtual_machine()["set_instrument"]
+                set_instrument(_call_timer(on_call))
                 try:
-                    result = main(*tensors)
+                    result = main(*arguments)
                 finally:
-                    vm.set_instrument(_no_instrument)
+                    set_instrument(_no_instrument)
             outputs = []  # copied before the next run reuses the staging buffers
             for index in range(_array_size(result)):
                 outputs.append(host_array(_array_item(result, index)))
             return outputs
 
-    def _device_input(self, slot: int, array: np.ndarray) -> tvm.runtime.Tensor:
+    def _device_input(self, slot: int, array: np.ndarray) -> tvm_ffi.Tensor:
         """What device_tensor gives, remembering the slot's array, tensor and buffer."""
         known = self._inputs.get(slot)
         if known is None or known[0] is not array:
@@ -273,36 +289,12 @@ class CompiledModule:
         """A call of ``main`` with no arguments on device tensors made once from ``inputs``: the
         bare VM call that per-call overheads are measured against."""
         main = self._entry()
-        tensors = [device_tensor(a, self._device) for a in inputs] + self._weight_tensors
-        return lambda: main(*tensors)
-
-    def _needs_vendor_library(self) -> bool:
-        return bool(self.vendor_regions) and isinstance(self.library, relax.VMExecutable)
-
-    def _vendor_library(self) -> tvm.runtime.Module:
-        """The external functions main calls (vendor plugins' regions, custom ops' C code:
-        the static libraries among the module's imports), linked alone into a shared library
-        with what the plugins need, and loaded. TVM's in-process build cannot run them, and
-        linking the whole module instead put a second copy of the weights into the process
-        (the library's own, loaded from its file)."""
-        self._vendor_dir = tempfile.TemporaryDirectory(prefix="odla-tvm-")
-        objects = []
-        for index, part in enumerate(self.library.mod.imports):
-            if part.kind == "static_library":
-                objects.append(os.path.join(self._vendor_dir.name, f"part{index}.o"))
-                part.write_to_file(objects[-1])
-        path = os.path.join(self._vendor_dir.name, "vendor.so")
-        tvm.support.cc.create_shared(path, objects, options=self._link_options())
-        return tvm.runtime.load_module(path)
+        arguments = [device_tensor(a, self._device) for a in inputs] + self._weight_tensors
+        return lambda: main(*arguments)
 
     def export(self, path: str) -> None:
-        """Writes the module as a shared library for its target (what export_library writes),
-        linked with what its vendor plugins need; a module running from a library file writes
-        a copy of that file (a loaded library cannot be written again)."""
-        if self._library_file is None:
-            export_library(self.library.mod, path, linker(self.spec),
-                                   self._link_options())
-            return
+        """Writes the module's shared library to ``path``: a copy of the file it runs from (a
+        loaded library cannot be written again)."""
         source = self._library_file.fileno()
         with open(path, "wb") as copy:
             offset, size = 0, os.fstat(source).st_size
@@ -311,10 +303,6 @@ class CompiledModule:
                 if not chunk:
                     raise OSError(f"{self._library_file.name} was truncated while copied")
                 offset += copy.write(chunk)
-
-    def _link_options(self) -> list[str]:
-        return [o for name in self.spec.plugins
-                for o in vendor_plugins.get_plugin(name).link_options()]
 
     def to_bytes(self) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -344,29 +332,6 @@ class CompiledModule:
                 f.write(data)
             # The loader maps the file; it may be unlinked once loaded.
             return cls.load(path, spec, device_index, weights)
-
-
-# The global functions _vm_calling lends the VM while it loads: one VM at a time.
-_lending_lock = threading.Lock()
-
-
-def _vm_calling(executable, device, library: tvm.runtime.Module,
-                names: list[str]) -> relax.VirtualMachine:
-    """A VM of the in-memory ``executable`` that calls functions ``names`` of ``library``.
-    The VM finds each external function once, when it loads, in the executable's imports
-    (where TVM's in-process build has none that run) and then among the global functions; so
-    they are global functions just while it loads, and what they shadowed is put back."""
-    with _lending_lock:
-        shadowed = {name: tvm_ffi.get_global_func(name, allow_missing=True) for name in names}
-        try:
-            for name in names:
-                tvm_ffi.register_global_func(name, library.get_function(name), override=True)
-            return relax.VirtualMachine(executable.mod, device)  # .mod: not TVM's own jit (a link)
-        finally:
-            for name, previous in shadowed.items():
-                tvm_ffi.remove_global_func(name)
-                if previous is not None:
-                    tvm_ffi.register_global_func(name, previous, override=True)
 
 
 def ready_to_run_plugins(spec: TargetSpec) -> None:

@@ -1,22 +1,31 @@
-"""What each device compiles to: one small spec per target, found by name."""
+"""What each device compiles to: one small spec per target, found by name.
+
+Nothing here loads TVM's compiler at import, and a run needs none of it: what only the
+compiler knows of a target (LLVM's name for this CPU, a target's canonical string, which keys
+compiled code) is asked of it once and remembered in the cache folder (_remembered)."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import platform
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
+from importlib import metadata
 
-import tvm
 import tvm_ffi
 
-from toolchain import ToolchainMissing
+from toolchain import ToolchainMissing, cache_dir, load_compiler, tensors
 
-from .cpu.amx import AMX_PERMISSION_SYSCALL
-from .cpu.layouts import CPU_LAYOUTS
+# The layouts CPU targets' tuned builds use (see targets.cpu.layouts): op -> operand layouts.
+CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}
+# syscall's arguments asking Linux for AMX's tile state: arch_prctl(ARCH_REQ_XCOMP_PERM,
+# XFEATURE_XTILEDATA), x86-64's numbers (see targets.cpu.amx).
+AMX_PERMISSION_SYSCALL = (158, 0x1023, 18)
 
 # Where a target's kernels get their schedules, tried in the order a spec lists them.
 SCHEDULE_SOURCES = {
@@ -68,13 +77,15 @@ class TargetSpec:
         features it needs, and its device present."""
         if self.arch != platform.machine() or not set(self.cpu_flags) <= _host_cpu_flags():
             return False
-        return self.device_kind == "cpu" or self.tvm_device().exist
+        return self.device_kind == "cpu" or tensors.device_exists(self.tvm_device())
 
-    def tvm_target(self) -> tvm.target.Target:
+    def tvm_target(self):
+        """The TVM Target (loads TVM's compiler: for compiling only)."""
+        tvm = _compiler()
         return tvm.target.Target(dict(self.target))
 
-    def tvm_device(self, index: int = 0):
-        return tvm.device(self.device_kind, index)
+    def tvm_device(self, index: int = 0) -> tvm_ffi.Device:
+        return tensors.device(self.device_kind, index)
 
     def key(self) -> str:
         """Identity of the generated code: a module built for one key runs only on that key."""
@@ -94,11 +105,11 @@ class TargetSpec:
     def runs_code_of(self, key: str) -> bool:
         """Whether code built for target ``key`` runs here: the same TVM target, with or
         without vendor plugins (a plugin's library is linked into the code that calls it)."""
-        return key.split(" plugins=")[0] == str(self.tvm_target())
+        return key.split(" plugins=")[0] == target_string(self.target)
 
     @cached_property
     def _key(self) -> str:
-        key = str(self.tvm_target())  # cached: every launch asks, and a TVM Target is slow to make
+        key = target_string(self.target)  # cached: every launch asks
         if not self.plugins:
             return key
         return f"{key} plugins={','.join(self.plugins)}" + \
@@ -170,24 +181,70 @@ def _amx_granted() -> bool:
         return False
 
 
-def _host_mattr(mcpu: str) -> list[str]:
-    """Features this machine has that LLVM's ``mcpu`` lacks, which generated code may use: AMX
-    under a hypervisor that names another CPU model (a KVM Xeon with AMX shows as rocketlake)."""
-    if platform.machine() != "x86_64" or not set(_AMX_FLAGS) <= _host_cpu_flags():
-        return []
-    features = tvm.target.codegen.llvm_get_cpu_features(
-        tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
-    missing = [f"+{f}" for f in _AMX_FLAGS.values() if f not in features]
-    return missing if missing and _amx_granted() else []
+def _compiler():
+    """TVM's Python package, loading the compiler (toolchain.load_compiler): for what only it
+    knows."""
+    load_compiler()
+    import tvm
+
+    return tvm
+
+
+def _remembered(name: str, identity: dict, compute) -> dict:
+    """``compute()`` (a JSON object), kept in the cache folder under ``name`` and a digest of
+    ``identity`` (what the answer depends on, TVM's version among it) and read from there
+    afterwards: what asking TVM's compiler costs a run (loading it) is paid once a machine."""
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+    path = cache_dir() / "targets" / f"{name}-{digest}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    value = compute()
+    try:  # written whole, then renamed: a process reading it meanwhile sees none or all
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as f:
+            json.dump(value, f)
+        os.replace(f.name, path)
+    except OSError:  # a cache folder this process cannot write: asked again next time
+        pass
+    return value
+
+
+def target_string(target: dict) -> str:
+    """TVM's canonical string of the Target ``target`` (attributes in its order, defaults
+    filled in): the identity of the code built for it."""
+    def canonical():
+        tvm = _compiler()
+        return {"string": str(tvm.target.Target(dict(target)))}
+
+    return _remembered("target", {"target": target, "tvm": tvm_version()}, canonical)["string"]
+
+
+def _llvm_host_cpu() -> dict:
+    """LLVM's name for this CPU, and the AMX features this machine has and that name lacks
+    (AMX under a hypervisor that names another CPU model: a KVM Xeon with AMX shows as
+    rocketlake)."""
+    tvm = _compiler()
+    mcpu = tvm.target.codegen.llvm_get_system_cpu()
+    lacking = []
+    if platform.machine() == "x86_64" and set(_AMX_FLAGS) <= _host_cpu_flags():
+        features = tvm.target.codegen.llvm_get_cpu_features(
+            tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+        lacking = [f"+{f}" for f in _AMX_FLAGS.values() if f not in features]
+    return {"mcpu": mcpu, "lacking": lacking}
 
 
 @lru_cache(maxsize=None)
 def host_cpu() -> TargetSpec:
     """The CPU this process runs on, as LLVM names it (with the features LLVM's name for it
-    lacks), with its usable core count."""
-    mcpu = tvm.target.codegen.llvm_get_system_cpu()
-    cores = cpu_count()
-    mattr = _host_mattr(mcpu)
+    lacks, which generated code may use where Linux grants them), with its usable core count.
+    LLVM is asked once per CPU model, flags and TVM version (_remembered)."""
+    identity = {"cpu": _host_cpu_model(), "flags": sorted(_host_cpu_flags()),
+                "machine": platform.machine(), "tvm": tvm_version()}
+    llvm = _remembered("host-cpu", identity, _llvm_host_cpu)
+    mcpu, cores = llvm["mcpu"], cpu_count()
+    mattr = llvm["lacking"] if llvm["lacking"] and _amx_granted() else []
     return TargetSpec(
         name="host-cpu",
         target={"kind": "llvm", "mcpu": mcpu, **({"mattr": mattr} if mattr else {}),
@@ -244,6 +301,7 @@ def remote_cpu(name: str, arch: str | None = None) -> TargetSpec:
                        f"the cores its code may use, such as llvm:skylake-avx512:16)")
     mcpu, cores = parts[1], int(parts[2])
     arches = [arch] if arch else sorted(_TRIPLES, key=lambda a: a != platform.machine())
+    tvm = _compiler()
     arch = next((a for a in arches if tvm.target.codegen.llvm_is_valid_cpu(mcpu, _TRIPLES[a])),
                 None)
     if arch is None:
@@ -405,16 +463,26 @@ CUDA_SM90 = TargetSpec(
 )
 
 
-@cache
-def _host_cpu_flags() -> frozenset[str]:
+def _cpuinfo_field(names: tuple[str, ...]) -> str | None:
+    """The first processor's ``names`` line of /proc/cpuinfo (after its colon), or None."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
+                if line.startswith(names):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+@cache
+def _host_cpu_flags() -> frozenset[str]:
+    return frozenset((_cpuinfo_field(("flags", "Features")) or "").split())
+
+
+@cache
+def _host_cpu_model() -> str:
+    return _cpuinfo_field(("model name", "CPU part")) or platform.processor()
 
 
 def _ensure_builtin():
@@ -426,8 +494,10 @@ def _ensure_builtin():
             register_target(AARCH64_LINUX)
 
 
+@cache
 def tvm_version() -> str:
-    return tvm.__version__
+    """TVM's version, read from its package's metadata (importing it loads the compiler)."""
+    return metadata.version("apache-tvm")
 
 
 def tvm_ffi_version() -> str:

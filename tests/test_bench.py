@@ -58,6 +58,9 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     cached = result.paths["cached"]
     assert cached.error == "" and cached.match
     assert 0 < cached.load_s < result.paths["default"].load_s
+    # Its process, import included, ran on TVM's runtime alone, in less memory than a compile.
+    assert cached.compiler_mapped is False and result.paths["default"].compiler_mapped
+    assert cached.seconds > 0 and cached.peak_rss_mb < result.paths["default"].peak_rss_mb
     assert result.paths["default"].target == "host-cpu-onednn-auto"
     assert result.paths["tvm"].target == "host-cpu"
     # Each path's RSS is its own process's: onnxruntime's never imported TVM (~230 MB).
@@ -164,7 +167,8 @@ def _row(name, default, tvm, ort, openvino=None, **paths):
 
 
 def test_report_ratios_geo_means_goals_and_notes():
-    results = [_row("bert", 0.12, 1.2, 0.1, 0.09, cached=PathResult(load_s=0.4, match=True)),
+    cached = PathResult(load_s=0.4, peak_rss_mb=100, match=True, compiler_mapped=False)
+    results = [_row("bert", 0.12, 1.2, 0.1, 0.09, cached=cached),
                _row("vit", 0.2, 0.8, 0.2),
                ModelResult("gpt2", "gpt2.onnx", error="onnxruntime: out of memory")]
     text = report(results, OVERHEAD, 2, 600, (1.5, 2.5), why_no_chart="matplotlib is not "
@@ -172,8 +176,9 @@ def test_report_ratios_geo_means_goals_and_notes():
     assert "OpenVINO" in text and "Load average (1 min) 1.5 at the start and 2.5 at the end" in text
     assert ("| bert | 120.0 | 1200.0 | 100.0 | 90.0 | 1.20x | 12.00x | 0.90x | "
             "1.5 / 1.2 / 0.2 / 0.4 | 900 / 850 / 120 / 200 | yes / yes / yes | 0.40 (yes) | "
+            "100 (120) / no | "
             "1.20 (1.0%) / - | 5 / 3 |") in text
-    assert "| vit | " in text and "| yes / yes / - | - | " in text  # no cached load: -
+    assert "| vit | " in text and "| yes / yes / - | - | - | " in text  # no cached load: -
     assert "over 1 models: at most 0.40 s (bert); goal at most 2 s: met." in text
     assert "| vit | 200.0 | 800.0 | 200.0 | - | 1.00x | 4.00x | - |" in text
     assert "| gpt2 | failed: onnxruntime: out of memory |" in text

@@ -128,3 +128,41 @@ def test_odla_tvm_does_not_import_torch():
     code = "import sys, odla_tvm; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def test_the_run_layer_importing_the_compiler_side_is_forbidden(tmp_path):
+    # targets.runtime reaches the compiler through a module that imports tvm at module level
+    # (from inside a function: still forbidden); odla_tvm's own import reaches tvm as well.
+    root = _tree(tmp_path, {
+        "odla_tvm/__init__.py": "from . import session\n",
+        "odla_tvm/session.py": "import targets\n",
+        "relay_bridge/__init__.py": "",
+        "targets/__init__.py": "from .specs import key\n",
+        "targets/specs.py": "def key():\n    import tvm\n",
+        "targets/runtime.py": "from .specs import key\n\ndef vm():\n    from . import build\n",
+        "targets/build.py": "import tvm\n",
+        "targets/lean.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tvm\n",
+    })
+    assert import_graph.compiler_side(root) == {"targets.build"}
+    assert import_graph.violations(root) == [
+        "run layer imports the compiler: targets.runtime -> targets.build"]
+    (root / "targets/__init__.py").write_text("from . import build\n")
+    assert import_graph.violations(root)[1:] == [
+        "importing odla_tvm imports the compiler (tvm)",
+        "importing targets.runtime imports the compiler (tvm)"]
+
+
+_COMPILER_LOADED = """
+import sys
+loaded = [name for name in ("tvm", "onnx") if name in sys.modules]
+mapped = [line.split()[-1] for line in open("/proc/self/maps") if "libtvm_compiler" in line]
+print(loaded, mapped[:1])
+"""
+
+
+def test_importing_odla_tvm_loads_neither_the_compiler_nor_onnx():
+    # The compiler (libtvm_compiler.so, 259 MB) is loaded at the first build; tvm_ffi is not it.
+    code = "import odla_tvm, tvm_ffi\n" + _COMPILER_LOADED
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "[] []", done.stdout + done.stderr[-2000:]

@@ -21,6 +21,7 @@ from odla_tvm import DeviceName, Status
 from odla_tvm import ElementType as E
 from odla_tvm import ValueType as VT
 from targets import plugins
+from targets.plugins import partitioning
 
 TOY_PLUGIN_DIR = Path(__file__).parent / "toy_plugin"
 
@@ -236,13 +237,13 @@ def test_a_pattern_requires_the_ops_every_match_calls():
 
     conv_add = is_op("relax.add")(is_op("relax.nn.conv2d")(wildcard(), wildcard()), wildcard())
     matmul_add = is_op("relax.add")(is_op("relax.matmul")(wildcard(), wildcard()), wildcard())
-    assert plugins._required_ops(conv_add) == {"relax.add", "relax.nn.conv2d"}
-    assert plugins._required_ops(conv_add | matmul_add) == {"relax.add"}
-    assert plugins._required_ops(conv_add.has_dtype("float32")) == {"relax.add", "relax.nn.conv2d"}
-    assert plugins._required_ops(wildcard()) == frozenset()
-    assert plugins._required_ops(wildcard()(wildcard())) == frozenset()
+    assert partitioning._required_ops(conv_add) == {"relax.add", "relax.nn.conv2d"}
+    assert partitioning._required_ops(conv_add | matmul_add) == {"relax.add"}
+    assert partitioning._required_ops(conv_add.has_dtype("float32")) == {"relax.add", "relax.nn.conv2d"}
+    assert partitioning._required_ops(wildcard()) == frozenset()
+    assert partitioning._required_ops(wildcard()(wildcard())) == frozenset()
     # Parts shared many times over are walked once (an exponential walk took seconds).
     shared = is_op("relax.nn.relu")(wildcard())
     for _ in range(40):
         shared = is_op("relax.add")(shared, shared) | is_op("relax.multiply")(shared, shared)
-    assert plugins._required_ops(shared) == {"relax.nn.relu"}
+    assert partitioning._required_ops(shared) == {"relax.nn.relu"}

@@ -1,31 +1,103 @@
-"""Loading TVM: with torch hidden (load_tvm), and with TVMScript's parser made to read the
-calling frames cheaply (tvmscript_reads_frames_cheaply). Importing toolchain does both, first
-thing, for every package above it."""
+"""Loading TVM: its FFI alone for the run side (load_tvm_ffi), the compiler with torch hidden
+(load_tvm) and TVMScript's parser made to read the calling frames cheaply
+(tvmscript_reads_frames_cheaply), both by load_compiler, which the compile side calls first."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import importlib.util
 import inspect
 import linecache
+import os
 import sys
 import types
 
 
-def load_tvm() -> None:
-    """Imports TVM with torch hidden unless the program has imported torch itself.
+def _import_hiding_torch(name: str) -> None:
+    """Imports ``name`` with torch hidden unless the program has imported torch itself.
 
     TVM's FFI and tvm.relax import torch whenever it is installed, for a torch interop odla-tvm
     never uses (arrays cross by DLPack, which needs no torch), at a cost in memory and time on
     every import. Hidden, `import torch` fails inside TVM, which it tolerates;
     the program's own `import torch` afterwards works as usual."""
+    if name in sys.modules:
+        return
     hide = "torch" not in sys.modules
     if hide:
         sys.modules["torch"] = None  # what makes an import raise ImportError
     try:
-        import tvm.relax  # noqa: F401
+        importlib.import_module(name)
     finally:
         if hide and sys.modules.get("torch", 0) is None:
             del sys.modules["torch"]
+
+
+def load_tvm_ffi() -> None:
+    """Imports apache-tvm-ffi (what the run side needs of TVM) with torch hidden."""
+    _import_hiding_torch("tvm_ffi")
+
+
+# TVM's runtime libraries (tvm/lib in its wheel), loaded without its Python package, which
+# would load the compiler: the runtime itself, then the optional parts a device needs.
+_RUNTIME_LIBRARIES = {"cpu": ("libtvm_runtime.so", "libtvm_runtime_extra.so"),
+                      "cuda": ("libtvm_runtime_cuda.so",)}
+_runtime_loaded: set[str] = set()
+
+
+def load_tvm_runtime(device_kind: str = "cpu") -> None:
+    """Loads TVM's runtime library (and ``device_kind``'s part of it, where the wheel has one)
+    for tvm_ffi, once: what running a compiled module needs, not the compiler. The compiler,
+    once loaded, loads the same file, so the two agree."""
+    if device_kind in _runtime_loaded:
+        return
+    if device_kind != "cpu":
+        load_tvm_runtime("cpu")
+    spec = importlib.util.find_spec("tvm")  # finds the package without importing it
+    directory = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+    for index, name in enumerate(_RUNTIME_LIBRARIES.get(device_kind, ())):
+        path = os.path.join(directory, name)
+        if index == 0 or os.path.exists(path):
+            try:
+                ctypes.CDLL(path, ctypes.RTLD_GLOBAL)
+            except OSError:  # a device part whose driver is missing: that device is absent
+                if device_kind == "cpu" and index == 0:
+                    raise
+    _runtime_loaded.add(device_kind)
+
+
+def load_tvm() -> None:
+    """Imports TVM's compiler (tvm.relax) with torch hidden."""
+    _import_hiding_torch("tvm.relax")
+
+
+def load_compiler() -> None:
+    """Readies TVM's compiler for the compile side: load_tvm, then
+    tvmscript_reads_frames_cheaply (once)."""
+    global _compiler_ready
+    if not _compiler_ready:
+        load_tvm()
+        tvmscript_reads_frames_cheaply()
+        _compiler_ready = True
+
+
+_compiler_ready = False
+
+
+def compiling_attributes(package: str, modules: dict[str, str]):
+    """A module ``__getattr__`` for ``package`` that gives each name of ``modules`` (name ->
+    the module defining it, relative to ``package`` where it starts with a dot) from that
+    module, imported with the compiler (load_compiler) on first use: what needs the compiler
+    stays out of the package's import."""
+    def attribute(name: str):
+        if name not in modules:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        load_compiler()
+        value = getattr(importlib.import_module(modules[name], package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return attribute
 
 
 def calling_frames(context: int = 1) -> list[inspect.FrameInfo]:

@@ -76,7 +76,8 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
         process = processes[path] = PathProcess(path, result.path, feeds, threads, cache)
         ready = process.ready
         result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
-                                        error=process.error)
+                                        error=process.error,
+                                        compiler_mapped=ready.get("compiler_mapped"))
         if process.error:
             stop(path)
             return None
@@ -118,7 +119,10 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
             for path in list(processes):
                 stop(path)
             if "default" in result.paths and not result.paths["default"].error:
-                if start("cached", engines) is not None:  # reads what default kept
+                cached = start("cached", engines)  # reads what default kept
+                if cached is not None:
+                    latency = latency_alone(cached, cached.ready["first_s"], runs)
+                    result.paths["cached"].seconds, result.paths["cached"].runs = latency
                     stop("cached")
         finally:
             for path in list(processes):

@@ -88,7 +88,10 @@ def _machine_section(threads, seconds, load) -> list[str]:
          "creation "
          "(onnxruntime, OpenVINO). *Cached load*: a second Session.from_onnx of the model on the "
          "DEFAULT device in a new process, reading the engine *default* kept in the engine "
-         f"cache (goal: at most {CACHED_GOAL_S:g} s), and whether its outputs match. "
+         f"cache, its import of odla_tvm included (goal: at most {CACHED_GOAL_S:g} s), and "
+         "whether its outputs match; then its runs, and its process's peak RSS beside "
+         "onnxruntime's whole process and whether it mapped TVM's compiler "
+         "(libtvm_compiler.so; a cached load runs on TVM's runtime alone). "
          "*Checks*: what a run spends in its run-time checks (indices, "
          "divisors, run-time shapes and sizes: their counting kernels and host calls), the "
          "median of profiled runs, and its share of the path's latency."),
@@ -101,14 +104,15 @@ def _table_section(results: list[ModelResult]) -> list[str]:
         ("| model | default ms | tvm ms | onnxruntime ms | openvino ms | default / ort "
          "| tvm / ort | openvino / ort | compile s (default / tvm / ort / ov) "
          "| peak RSS MB (default / tvm / ort / ov) | match (default / tvm / ov) "
-         "| cached load s (match) | checks ms (default / tvm) | runs (turns / tvm) |"),
+         "| cached load s (match) | cached peak RSS MB (ort) / compiler mapped "
+         "| checks ms (default / tvm) | runs (turns / tvm) |"),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
-        "| ---: | ---: |",
+        "| ---: | ---: | ---: |",
     ]
     four = ("default", "tvm", "onnxruntime", "openvino")
     for r in results:
         if r.error:
-            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 13)
+            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 14)
             continue
         path = r.paths.get
         turns = min((path(p).runs for p in IN_TURNS if p != "tvm" and path(p) and path(p).runs),
@@ -120,6 +124,7 @@ def _table_section(results: list[ModelResult]) -> list[str]:
             f"{_each([path(p) and path(p).peak_rss_mb for p in four], '{:.0f}'.format)} | "
             f"{_each([path(p) and path(p).match for p in COMPARED], _yes_no)} | "
             f"{_cached_load(path('cached'))} | "
+            f"{_cached_memory(path('cached'), path('onnxruntime'))} | "
             f"{_each([_check_share(r, p) for p in ('default', 'tvm')], str)} | "
             f"{_each([turns, path('tvm') and path('tvm').runs or None], str)} |")
     return lines + [""]
@@ -129,6 +134,15 @@ def _cached_load(cached: PathResult | None) -> str:
     if cached is None or cached.load_s is None:
         return "-"
     return f"{cached.load_s:.2f} ({_yes_no(cached.match)})"
+
+
+def _cached_memory(cached: PathResult | None, onnxruntime: PathResult | None) -> str:
+    """The cached load's peak RSS beside onnxruntime's whole process, and whether it mapped
+    TVM's compiler."""
+    if cached is None or cached.peak_rss_mb is None:
+        return "-"
+    ort = f"{onnxruntime.peak_rss_mb:.0f}" if onnxruntime and onnxruntime.peak_rss_mb else "-"
+    return f"{cached.peak_rss_mb:.0f} ({ort}) / {_yes_no(cached.compiler_mapped)}"
 
 
 def _check_share(result: ModelResult, path: str) -> str | None:

@@ -13,7 +13,8 @@ PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned")
 class PathResult:
     """One model on one path. ``seconds``: the median of ``runs`` timed runs (None: it did not
     run, ``error`` says why); ``load_s``: ONNX import and compile (ODLA paths) or session
-    creation; ``match``: its outputs against onnxruntime's."""
+    creation (the cached path's: its import too, as a served process's start); ``match``: its
+    outputs against onnxruntime's."""
 
     seconds: float | None = None
     runs: int = 0
@@ -23,6 +24,8 @@ class PathResult:
     target: str = ""  # ODLA paths: the target the device compiled for
     error: str = ""
     checks_s: float | None = None  # ODLA paths: a run's time in its run-time checks
+    # ODLA paths: whether TVM's compiler (libtvm_compiler.so) was mapped after the first run.
+    compiler_mapped: bool | None = None
 
 
 @dataclasses.dataclass

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import relay_bridge
-from relay_bridge.custom_ops import CustomOpImplementation
 
 from ..types import OdlaError, Status, ValueType, element_type_of
 from ._args import apply_values, invalid
@@ -34,6 +33,8 @@ def register_custom_op(function_name: str, *, te: Callable | None = None, tir=No
         raise OdlaError(Status.INVALID_PARAM, f"register_custom_op: output_types is a "
                                               f"{type(output_types).__name__}; expected a function")
     try:
+        from relay_bridge.custom_ops import CustomOpImplementation  # the compiler: a build
+
         relay_bridge.register_custom_op(CustomOpImplementation(
             function_name, te=te, prim_func=tir, c_source=c_source,
             output_types=None if output_types is None else _typed(output_types)))

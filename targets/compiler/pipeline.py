@@ -20,7 +20,8 @@ from ..cpu.layouts import constant_layouts_folded, layout_passes
 from ..cpu.math_rewrites import powers_by_roots
 from ..cpu.schedules import default_schedules
 from ..cuda.rules import gpu_rules
-from ..runtime import CompiledModule, ready_to_run_plugins, release_freed_memory
+from ..runtime import ready_to_run_plugins, release_freed_memory
+from .built import BuiltModule
 from ..specs import TargetSpec
 from ..weights import WeightFiles, lift_weights
 from . import codegen
@@ -176,7 +177,7 @@ def _lowering(spec: TargetSpec) -> tvm.transform.Pass:
 
 def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
                    database=None, plugin_items=None,
-                   weight_files: WeightFiles | None = None) -> CompiledModule:
+                   weight_files: WeightFiles | None = None) -> BuiltModule:
     """Compiles ``mod`` for ``spec``; ``database`` (a targets.tuning.TuningDatabase of this
     target: see find_database) schedules the kernels it has records for; ``plugin_items``
     ("<plugin>.<item>" -> value) go to the target's vendor plugins; the weights the compile
@@ -199,7 +200,7 @@ def compile_module(mod: tvm.IRModule, spec: TargetSpec, device_index: int = 0,
             library, regions, weights = _compile(mod, spec, None, plugin_items, recorder,
                                                  schedule=False)
     release_freed_memory()  # what the compile's passes held
-    module = CompiledModule(library, spec, device_index, recorder.kernels, recorder.tuned,
+    module = BuiltModule(library, spec, device_index, recorder.kernels, recorder.tuned,
                             regions, weights)
     if weight_files is not None:
         module.weight_paths = [weight_files.file_of(w) for w in weights]

@@ -15,11 +15,11 @@ from tvm import relax
 
 from toolchain import relax_ir
 
+# CPU_LAYOUTS (targets.specs): relax op -> layouts of its data and weight operands, as
+# relax.transform.ConvertLayout takes them.
+from ..specs import CPU_LAYOUTS  # noqa: F401
 from ..relax_rewrites import op_name, rewrite_functions, static_dims
 from ..weights import WeightFiles
-
-# relax op -> layouts of its data and weight operands, as relax.transform.ConvertLayout takes them
-CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}
 
 # Elementwise ops that broadcast their operands: a constant operand of fewer dims than the other
 # gets leading 1s (see full_rank_constants).

@@ -9,62 +9,25 @@ TVM are never applied (a warning says why)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 from pathlib import Path
 from typing import Iterable
 
 import tvm
 import tvm_ffi
 
-from toolchain import cache_dir as default_cache_dir
-
 from ..compiler import codegen, default_scheduled
-from ..specs import TargetSpec
-
-log = logging.getLogger(__name__)
+from ..specs import TargetSpec, tvm_version
+from .records import (_RECORDS, _TARGET_FILE, _WORKLOADS, RecordsDirectory, _warn_once,
+                      find_records)
 
 FAILED_RUN_S = 1e10  # what MetaSchedule records as the run time of a candidate that failed
 # Kernels whose default schedule runs faster than this do not run off: a model's time is in
 # the others, and at a few microseconds a run-off would time the runner's own overhead.
 RUN_OFF_MIN_S = 50e-6
-_TARGET_FILE = "target.json"
-_WORKLOADS = "database_workload.json"
-_RECORDS = "database_tuning_record.json"
 
-
-class TuningDatabase:
+class TuningDatabase(RecordsDirectory):
     """The tuning records of one target in one cache directory."""
-
-    def __init__(self, spec: TargetSpec, cache_dir=None, directory: Path | None = None):
-        """``spec``'s database in ``cache_dir``, or the one in ``directory`` (which may hold
-        another target's records: see foreign_reason)."""
-        self.spec = spec
-        digest = hashlib.sha256(spec.key().encode()).hexdigest()[:12]
-        self.root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.directory = directory or self.root / "tuning" / f"{_database_name(spec)}-{digest}"
-
-    def metadata(self) -> dict:
-        try:
-            return json.loads((self.directory / _TARGET_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def has_records(self) -> bool:
-        path = self.directory / _RECORDS
-        return path.is_file() and path.stat().st_size > 0
-
-    def foreign_reason(self) -> str | None:
-        """Why these records must not be applied to ``spec`` (None when they may)."""
-        meta = self.metadata()
-        if meta.get("target_key") != self.spec.key():
-            return (f"they were measured for target {meta.get('target_key', 'unknown')}, and "
-                    f"{self.spec.name} here compiles for {self.spec.key()}")
-        if meta.get("tvm_version") != tvm.__version__:
-            return (f"TVM {meta.get('tvm_version', 'unknown')} made them; this is TVM "
-                    f"{tvm.__version__}")
-        return None
 
     def tuned_for(self, mod: tvm.IRModule) -> bool:
         """Whether ``mod``'s architecture (its structure, whatever its weights) was tuned into
@@ -162,7 +125,7 @@ class TuningDatabase:
         self.directory.mkdir(parents=True, exist_ok=True)
         if not (self.directory / _TARGET_FILE).is_file():
             self._write_metadata({"target_name": self.spec.name, "target": self.spec.target,
-                                  "target_key": self.spec.key(), "tvm_version": tvm.__version__,
+                                  "target_key": self.spec.key(), "tvm_version": tvm_version(),
                                   "runs": []})
         return ms.database.JSONDatabase(work_dir=str(self.directory))
 
@@ -257,7 +220,6 @@ class TuningDatabase:
             lines = [line.rstrip("\n") for line in f if line.strip()]
         return hashes, lines
 
-
 def _check_records(hashes: list, lines: list[str], directory: Path) -> None:
     """Raises ValueError for a record TVM's parser would crash on (it dereferences a null
     in a trace or among the run times, for one): each is [workload index, [[instructions,
@@ -292,60 +254,26 @@ def _check_records(hashes: list, lines: list[str], directory: Path) -> None:
         if not well_formed:
             raise ValueError(f"tuning record {number} in {directory / _RECORDS} is damaged")
 
-
 def _keeps_default(best: float | None, default: float | None) -> bool:
     """Whether a compile keeps a kernel's default schedule (``default`` seconds; None: never
     timed) over its best record (None: none ran)."""
     return default is not None and (best is None or best >= default)
 
-
 def run_seconds(run_secs: list) -> float:
     return sum(run_secs) / len(run_secs) if run_secs else FAILED_RUN_S
-
-
-_warned: set[str] = set()
-# directory -> ((file stamps, workloads left to time), MetaSchedule database)
-_loaded: dict[Path, tuple[tuple, object]] = {}
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        log.warning("%s", message)
-
-
-def _warn_foreign(directory: Path, reason: str) -> None:
-    _warn_once(f"ignoring the tuning records in {directory}: {reason}; tune for this target "
-               "to get its own")
-
 
 def find_database(spec: TargetSpec, cache_dir=None) -> TuningDatabase | None:
     """The database of records tuned for ``spec`` in ``cache_dir`` (default: the user's cache,
     or $ODLA_TVM_CACHE_DIR), for compile_module; None when there is none. Records of the same
     target name made for another key (another CPU, say) are ignored with a warning."""
-    if "database" not in spec.schedules:
-        return None
-    database = TuningDatabase(spec, cache_dir)
-    if database.has_records():
-        reason = database.foreign_reason()
-        if reason is None:
-            return database
-        _warn_foreign(database.directory, reason)
-        return None
-    for other in sorted((database.root / "tuning").glob(f"{_database_name(spec)}-*")):
-        if other != database.directory and (other / _RECORDS).is_file():
-            reason = TuningDatabase(spec, directory=other).foreign_reason()
-            _warn_foreign(other, reason or "its directory names another target")
-    return None
+    records = find_records(spec, cache_dir)
+    return None if records is None else TuningDatabase(spec, directory=records.directory)
 
-
-def _database_name(spec: TargetSpec) -> str:
-    return spec.database_name or spec.name
-
+# directory -> ((file stamps, workloads left to time), MetaSchedule database)
+_loaded: dict[Path, tuple[tuple, object]] = {}
 
 def _architecture(mod: tvm.IRModule) -> str:
     return str(tvm_ffi.structural_hash(mod, skip_tensor_content=True))
-
 
 def _kernel_workloads(kernels: tvm.IRModule) -> dict[str, tvm.IRModule]:
     """The unscheduled kernels of ``kernels`` as MetaSchedule's workloads: hash (a task's,
@@ -357,12 +285,10 @@ def _kernel_workloads(kernels: tvm.IRModule) -> dict[str, tvm.IRModule]:
                  and not func.attrs.get("tirx.is_scheduled", False)]
     return {str(tvm_ffi.structural_hash(w)): w for w in workloads}
 
-
 def default_scheduled_copy(workload: tvm.IRModule, spec: TargetSpec) -> tvm.IRModule:
     # A copy: default rules may change the module they are given, and tuning reads it.
     with spec.tvm_target():
         return default_scheduled(tvm.ir.load_json(tvm.ir.save_json(workload)), spec)
-
 
 def default_schedule_digest(workload: tvm.IRModule, spec: TargetSpec) -> str:
     """Which schedule the target's default rules give a kernel (a structural hash of the

@@ -7,12 +7,11 @@ from __future__ import annotations
 import tvm
 from tvm.target.codegen import target_has_features
 
+from ...specs import AMX_PERMISSION_SYSCALL  # noqa: F401  (AMX's, kept with the specs)
+
 AMX_FEATURES = ("amx-tile", "amx-bf16")  # LLVM's names; /proc/cpuinfo says amx_tile, amx_bf16
 ROWS, STEPS, COLUMNS = 16, 32, 16  # a tile of A: ROWS x STEPS bfloat16; of C: ROWS x COLUMNS
 PARTS = 3
-# syscall's arguments asking Linux for AMX's tile state: arch_prctl(ARCH_REQ_XCOMP_PERM,
-# XFEATURE_XTILEDATA), x86-64's numbers.
-AMX_PERMISSION_SYSCALL = (158, 0x1023, 18)
 
 
 def has_amx(target: tvm.target.Target) -> bool:

@@ -12,11 +12,25 @@ from __future__ import annotations
 
 import os
 
+from toolchain import compiling_attributes
+
 from .. import VendorPlugin
+from .items import ITEMS, check_item
 from .library import check_available, link_options
-from .patterns import ITEMS, MAX_RANK, check_item, patterns, prepare
-from .policy import declines
-from .source_writer import CALLS_FUNCTION, codegen
+
+# name -> the module defining it: they need TVM's compiler, so they are imported when first
+# used (by a compile), and the plugin is known, checked and run without it.
+_COMPILING = {"MAX_RANK": ".patterns", "patterns": ".patterns", "prepare": ".patterns",
+              "declines": ".policy", "CALLS_FUNCTION": ".source_writer",
+              "codegen": ".source_writer"}
+
+
+__getattr__ = compiling_attributes(__name__, _COMPILING)
+
+
+def _compiling(name: str):
+    """A function calling this package's ``name`` (imported on the first call)."""
+    return lambda *args: __getattr__(name)(*args)
 
 # oneDNN's OpenMP threads wait for the next region spinning briefly (10000 of libgomp's spins),
 # then asleep, unless the user chose a policy: asleep at once, every region must wake them;
@@ -37,14 +51,14 @@ PLUGIN = VendorPlugin(
     description="oneDNN 3.2 (Intel's deep-learning kernels): float32 convolutions and matmuls "
                 "of any rank with their elementwise ops fused, softmax, layer norm, pooling, "
                 "concat along channels",
-    patterns=patterns,
-    codegen=codegen,
+    patterns=_compiling("patterns"),
+    codegen=_compiling("codegen"),
     link_options=link_options,
     check_available=check_available,
     items=ITEMS,
     check_item=check_item,
-    prepare=prepare,
-    declines=declines,
+    prepare=_compiling("prepare"),
+    declines=_compiling("declines"),
     pool_spin=ONEDNN_POOL_SPIN,
 )
 

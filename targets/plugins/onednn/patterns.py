@@ -11,6 +11,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
 from .. import PluginPattern
+from .items import ITEMS, OP_KINDS, check_item  # noqa: F401  (the patterns read the items)
 from ...relax_rewrites import op_name, rewrite_functions
 
 
@@ -441,21 +442,6 @@ def prepare(mod: tvm.IRModule, items) -> tvm.IRModule:
     if "conv2d" in items.get("onednn.ops", OP_KINDS):
         mod = rewrite_functions(mod, lambda m, _f: _ChannelScales(m))
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
-
-
-OP_KINDS = ("conv2d", "matmul", "pool", "concat", "softmax", "layer_norm",
-            "elementwise", "transpose", "lrn")  # what the onednn.ops item chooses among
-ITEMS = {"onednn.ops": f"the kinds of op oneDNN takes, a list from {list(OP_KINDS)} (default "
-                       "all); the others stay with TVM"}
-
-
-def check_item(name: str, value):
-    """onednn.ops: a list of op kinds from OP_KINDS."""
-    kinds = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) \
-        else None
-    if kinds is None or not all(kind in OP_KINDS for kind in kinds):
-        raise ValueError(f"expected a list of op kinds from {list(OP_KINDS)}")
-    return tuple(kinds)
 
 
 def patterns(items) -> list[PluginPattern]:
