@@ -446,5 +446,5 @@ def odla_enum(enum_cls, value, what: str, status: Status = Status.INVALID_PARAM)
         except (ValueError, TypeError):
             pass
     names = ", ".join(enum_cls.__members__)
-    raise OdlaError(status, f"{what} is {value!r}; expected one of {names} "
-                            f"(or their numbers 0..{len(enum_cls) - 1})")
+    raise OdlaError(status, f"{what} is {value!r}; expected an ODLA {enum_cls.__name__}: one "
+                            f"of {names} (or their numbers 0..{len(enum_cls) - 1})")

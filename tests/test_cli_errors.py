@@ -68,8 +68,8 @@ MISTAKES = [
     (["run", "{model}", "--runs", "many"], 2, "argument --runs: invalid int value: 'many'"),
     (["run", "missing.onnx"], 2, "MODEL 'missing.onnx' does not exist"),
     (["run", "{dir}"], 2, "is a directory but not an exported bundle (it has no manifest.json)"),
-    (["run", "{model}", "--device", "TPU"], 2, "--device: device name is 'TPU'; expected one "
-     "of DEFAULT, "),
+    (["run", "{model}", "--device", "TPU"], 2, "--device: device name is 'TPU'; expected an "
+     "ODLA DeviceName: one of DEFAULT, "),
     (["run", "{model}", "--precision", "int8"], 2, "odla-tvm run: error: --precision is 'int8'; "
      "expected one of fp32, bf16, fp16"),
     (["run", "{model}", "--output", "{text}"], 2, "notes.txt' exists; refusing to overwrite it "
@@ -88,7 +88,7 @@ MISTAKES = [
     (["run", "{model}", "--input", "x={x35}"], 2, "holds float32 (3, 5); expected float32 (2, 4)"),
     (["run", "{model}", "--input", "x={x}", "--input", "x={x}"], 2, "--input names 'x' twice"),
     (["run", "{model}", "--device", "NVIDIA_GPU"], 1, "odla-tvm: error: [UNSUPPORTED_DEVICE_TYPE] "
-     "device NVIDIA_GPU is not available in this build; available: DEFAULT"),
+     "device NVIDIA_GPU cannot run here: no CUDA device"),
     (["run", "{text}"], 1, "odla-tvm: error: [INVALID_PARAM] not a valid odla-tvm executable"),
     (["profile", "{model}", "--runs", "0"], 2, "odla-tvm profile: error: --runs is 0"),
     (["profile", "{model}", "--top", "0"], 2, "--top is 0; expected an integer >= 1"),

@@ -499,8 +499,8 @@ def test_training_step_errors():
     odla.differentiate_computation(comp, loss)
     with expect_error(S.INVALID_PARAM, "'x'", "not bound"):
         odla.execute_computation(comp, odla.create_context(), TRAIN)
-    with expect_error(S.INVALID_PARAM, "device is a str"):
-        odla.execute_computation(comp, ctx, TRAIN, "cpu")
+    with expect_error(S.INVALID_PARAM, "device is a float"):
+        odla.execute_computation(comp, ctx, TRAIN, 3.5)
     with expect_error(S.INVALID_PARAM, "context is a NoneType"):
         odla.execute_computation(comp, None, TRAIN)
     odla.execute_computation(comp, ctx, TRAIN)  # "unused" is left alone, not trained
