@@ -2,7 +2,8 @@
 // does not: an ArgMin whose output type is left uninitialized, Conv and DeConv kernels given the
 // input's layout (CHANNELS_FIRST) and DeConv's output_dims left uninitialized, odla_Gemm on
 // stacks of matrices (HALO also emits its batched MatMul as odla_Gemm), constants built from a
-// vector that is gone before the run, and every device info item a CPU has. Each computation is
+// vector that is gone before the run, and every device info item a CPU has; and what HALO's
+// generated yolov3 passes: odla_Resize's axes_mask -1 ("every axis"). Each computation is
 // built, run once by ids and printed as "<id> values..." for tests/test_c_api_halo.py.
 #include <ODLA/odla.h>
 
@@ -106,6 +107,15 @@ void GemmOnStacks() {
   RunAndPrint(comp, "gemm", std::vector<float>(2 * 3 * 5), {{"a", a.data()}, {"b", b.data()}});
 }
 
+void ResizeWithEveryAxisMask() {
+  std::vector<float> x = Iota(12, 0.5f);
+  odla_computation comp = NewComputation();
+  odla_value in = odla_CreateArgument(Type(ODLA_FLOAT32, {1, 2, 2, 3}), ID("x"));
+  odla_SetValueAsOutput(odla_Resize(in, ODLA_NEAREST, ODLA_HALF_PIXEL, -1,
+                                    Type(ODLA_FLOAT32, {1, 2, 4, 6}).shape, ID("resize")));
+  RunAndPrint(comp, "resize", std::vector<float>(48), {{"x", x.data()}});
+}
+
 // As HALO's test utilities build their default model: the constants' data is a local vector.
 void BuildFromTemporaries() {
   std::vector<float> two = {2}, six = {6};
@@ -146,6 +156,7 @@ int main() {
   ArgMinWithUninitializedType();
   ConvWithInputLayouts();
   GemmOnStacks();
+  ResizeWithEveryAxisMask();
   ConstantsOutliveTheirData();
   DeviceInfo();
   return 0;
