@@ -1,11 +1,14 @@
 """The C library's executables across processes and languages: examples/c's programs build a
 CNN in C and store it, Python loads it; Python stores one and a C process loads and runs it
-with neither libpython nor TVM's compiler mapped, on 8 threads at once; and a bundle Python
-exported."""
+with neither libpython nor TVM's compiler mapped, on 8 threads at once; a bundle Python
+exported; and DEFAULT's oneDNN regions run from C, built there or stored by Python, with the
+thread pools set as Python sets them (tests/c_api/onednn_regions.c)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ import pytest
 
 import libodla
 import odla_tvm as odla
+from odla_tvm.device import default_plugin_missing
 
 try:
     from . import c_programs as c
@@ -146,3 +150,83 @@ def test_exported_bundle_runs_in_c(examples, python_stored, tmp_path):
     np.testing.assert_array_equal(y, y_expected)
     np.testing.assert_array_equal(k, k_expected)
     assert "maps libpython: no" in stdout and "maps libtvm_compiler: no" in stdout
+
+
+# -- DEFAULT's oneDNN regions from C -------------------------------------------------------------
+def regions_cnn_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """onednn_regions.c's fill(): input, conv kernel and gemm weights."""
+    def fill(shape, scale):
+        i = np.arange(int(np.prod(shape)))
+        return (scale * (((i * 37) % 101).astype(np.float32) / 50 - 1)).astype(np.float32) \
+            .reshape(shape)
+    return fill((1, 8, 8, 8), 1.0), fill((16, 8, 3, 3), 0.2), fill((16 * 64, 10), 0.05)
+
+
+def regions_cnn_reference() -> np.ndarray:
+    x, w, fc_w = regions_cnn_arrays()
+    y = ref.conv(x, w, strides=(1, 1), dilations=(1, 1), pads_front=(1, 1), pads_back=(1, 1))
+    return (np.maximum(y, 0).reshape(1, -1).astype(np.float64) @ fc_w).ravel()
+
+
+@pytest.fixture(scope="module")
+def onednn_regions(tmp_path_factory):
+    if default_plugin_missing() is not None:
+        pytest.skip(f"DEFAULT has no oneDNN here: {default_plugin_missing()}")
+    libodla.build()
+    directory = tmp_path_factory.mktemp("onednn_regions")
+    return c.compile_program(directory / "onednn_regions", [c.SOURCES / "onednn_regions.c"],
+                             "gcc", ["-std=c99", "-Wall", "-Wextra", "-Werror"])
+
+
+POOL_SETTINGS = ("TVM_THREAD_POOL_SPIN_COUNT", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+
+
+def run_regions(program, *args, **env) -> dict[str, list[str]]:
+    """onednn_regions' lines, in a process whose pools start as ``env`` has them (else as no
+    one set them: this process's odla_tvm set its own)."""
+    environment = {k: v for k, v in os.environ.items() if k not in POOL_SETTINGS}
+    done = subprocess.run([str(program), *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env={**environment, "PYTHONPATH": str(c.ROOT), **env})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
+
+
+def test_python_stored_onednn_regions_run_in_c_with_the_pools_python_sets(
+        onednn_regions, examples, tmp_path):
+    x, w, fc_w = regions_cnn_arrays()
+    E, L, VT = odla.ElementType, odla.MemoryLayout, odla.ValueType
+    comp = odla.create_computation()
+    y = odla.conv(odla.create_argument(VT(E.FLOAT32, x.shape), "x"), L.CHANNELS_FIRST, 1,
+                  odla.create_constant(VT(E.FLOAT32, w.shape), w), L.OIS, (1, 1), (1, 1),
+                  (1, 1), (1, 1))
+    y = odla.gemm(odla.reshape(odla.relu(y), (1, 16 * 64)), False,
+                  odla.create_constant(VT(E.FLOAT32, fc_w.shape), fc_w), False, 1.0, 0.0,
+                  value_id="out")
+    odla.set_value_as_output(y)
+    exe = odla.compile_computation(comp, odla.allocate_device())
+    assert exe.module.vendor_regions
+    path = tmp_path / "cnn.odla"
+    odla.store_executable(str(path), exe)
+    odla.destroy_computation(comp)
+    x.tofile(tmp_path / "x.bin")
+    (tmp_path / "out").mkdir()
+    done = c.run_program(examples["run_executable"], path, tmp_path / "out", tmp_path / "x.bin",
+                         env={"PYTHONPATH": "/nonexistent"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    np.testing.assert_allclose(np.fromfile(tmp_path / "out" / "out.bin", np.float32),
+                               regions_cnn_reference(), rtol=1e-4, atol=1e-5)
+    # no oneDNN region polled for by TVM's workers, oneDNN's OpenMP threads spin briefly ...
+    lines = run_regions(onednn_regions, "load", path, PYTHONPATH="/nonexistent")
+    assert lines["maps_dnnl"] == ["yes"]
+    assert lines["pool_spin"] == ["0"] and lines["gomp_spin"] == ["10000"]
+    # ... unless the user chose
+    lines = run_regions(onednn_regions, "load", path, PYTHONPATH="/nonexistent",
+                        TVM_THREAD_POOL_SPIN_COUNT="300000")
+    assert lines["pool_spin"] == ["300000"]
+
+
+def test_cnn_built_in_c_runs_onednn_regions_on_default(onednn_regions):
+    lines = run_regions(onednn_regions, "build")
+    np.testing.assert_allclose([float(v) for v in lines["out"]], regions_cnn_reference(),
+                               rtol=1e-4, atol=1e-5)
+    assert lines["maps_dnnl"] == ["yes"] and lines["pool_spin"] == ["0"]

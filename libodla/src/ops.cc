@@ -25,6 +25,27 @@ Arg ResultType(odla_value_type type) {
   return Type(type);
 }
 
+// ArgMax/ArgMin's index type. A caller may leave it uninitialized (HALO's own op tests do,
+// its backends ignore it): an element type outside ODLA's enum means int32.
+Arg IndexType(odla_value_type type) {
+  int element = static_cast<int>(type.element_type);
+  if (element < ODLA_INT8 || element > ODLA_STRING)
+    type.element_type = ODLA_INT32;
+  return ResultType(type);
+}
+
+// A kernel layout given as an input's (HALO's own op tests pass the input's): channels first
+// means the op's ONNX kernel layout, channels last its TensorFlow one.
+Arg KernelLayout(odla_memory_layout layout, odla_memory_layout onnx, odla_memory_layout tf) {
+  return I(layout == ODLA_CHANNELS_FIRST ? onnx : layout == ODLA_CHANNELS_LAST ? tf : layout);
+}
+
+// DeConv's output_dims: the output size when it has the input's rank, else left unset (the
+// size ODLA's formula gives; callers that do not need it may leave it uninitialized).
+Arg DeConvOutputSize(const odla_value_shape& output_dims, odla_value input) {
+  return output_dims.size == Rank(input, "input") ? Dims(output_dims) : None();
+}
+
 }  // namespace
 
 #define UNARY(C, PY)                                                   \
@@ -54,7 +75,7 @@ Arg ResultType(odla_value_type type) {
                       odla_bool return_last_index, odla_value_type output_value_type,        \
                       const odla_value_id value_id) {                                        \
     ODLA_OP(Op(#PY, {V(input), I(axis), I(keep_dims), I(return_last_index),                   \
-                     ResultType(output_value_type), Id(value_id)}));                         \
+                     IndexType(output_value_type), Id(value_id)}));                          \
   }
 #define ALPHA(C, PY)                                                                       \
   odla_value odla_##C(odla_value input, odla_float32 alpha, const odla_value_id value_id) { \
@@ -192,7 +213,8 @@ odla_value odla_Conv(odla_value input, odla_memory_layout input_layout, odla_uin
                      const odla_uint32* strides, const odla_uint32* dilations,
                      const odla_uint32* paddings_front, const odla_uint32* paddings_back,
                      odla_value bias, odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("conv", {V(input), I(input_layout), I(group), V(kernel), I(kernel_layout),
+  ODLA_OP(Op("conv", {V(input), I(input_layout), I(group), V(kernel),
+                      KernelLayout(kernel_layout, ODLA_OIS, ODLA_SIO),
                       Ints(strides, Spatial(input)), Ints(dilations, Spatial(input)),
                       Ints(paddings_front, Spatial(input)), Ints(paddings_back, Spatial(input)),
                       V(bias), Hint(output_dims), Id(value_id)}));
@@ -205,10 +227,11 @@ odla_value odla_DeConv(odla_value input, odla_memory_layout input_layout, odla_u
                        odla_value bias, odla_value_shape output_dims,
                        const odla_value_id value_id) {
   // output_dims picks among the sizes a transposed convolution may give: passed on
-  ODLA_OP(Op("de_conv", {V(input), I(input_layout), I(group), V(kernel), I(kernel_layout),
+  ODLA_OP(Op("de_conv", {V(input), I(input_layout), I(group), V(kernel),
+                         KernelLayout(kernel_layout, ODLA_IOS, ODLA_SOI),
                          Ints(strides, Spatial(input)), Ints(dilations, Spatial(input)),
                          Ints(paddings_front, Spatial(input)), Ints(paddings_back, Spatial(input)),
-                         V(bias), Dims(output_dims), Id(value_id)}));
+                         V(bias), DeConvOutputSize(output_dims, input), Id(value_id)}));
 }
 
 odla_value odla_Gelu(odla_value input, odla_bool use_approx, const odla_value_id value_id) {

@@ -1,12 +1,15 @@
 // odla_device.h, odla_memory.h, odla_task.h and odla_profiler.h: the CPU this library runs
 // on, host memory, tasks, and a profiler timing each launch; plus the entry points with no
 // meaning here, which return a status saying so.
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "internal.h"
@@ -38,6 +41,54 @@ std::vector<double> launch_seconds;  // while profiling
 odla_status Unsupported(const char* function, odla_status status, const char* why) {
   Log(ODLA_LOG_LEVEL_WARN, function, why);
   return status;
+}
+
+// Busy and total jiffies of all cores, from /proc/stat's first line.
+std::pair<double, double> CpuJiffies() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double field = 0, total = 0, idle = 0;
+  stat >> cpu;
+  for (int i = 0; stat >> field && i < 10; ++i) {
+    total += field;
+    if (i == 3 || i == 4) idle += field;  // idle, iowait
+  }
+  return {total - idle, total};
+}
+
+// Busy share of all cores over a short interval, as Python's get_device_info measures it.
+float ProcessorUtilization() {
+  auto [busy0, total0] = CpuJiffies();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto [busy1, total1] = CpuJiffies();
+  return total1 > total0 ? static_cast<float>((busy1 - busy0) / (total1 - total0)) : 0.f;
+}
+
+// 16 bytes naming this machine: the CPU has no UUID, so systemd's machine id stands in.
+const char* MachineUuid() {
+  static char uuid[16];
+  static bool found = [] {
+    for (const char* path : {"/etc/machine-id", "/var/lib/dbus/machine-id"}) {
+      std::ifstream file(path);
+      std::string hex;
+      if (!(file >> hex) || hex.size() < 32) continue;
+      for (int i = 0; i < 16; ++i)
+        uuid[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      return true;
+    }
+    return false;
+  }();
+  if (!found) throw Error(ODLA_UNSUPPORTED_DEVICE_TYPE, "no machine id to give as DEV_UUID");
+  return uuid;
+}
+
+// The CPU's "driver" is the operating system kernel.
+const char* KernelVersion() {
+  static const std::string version = [] {
+    utsname name{};
+    return uname(&name) == 0 ? std::string(name.sysname) + " " + name.release : "unknown";
+  }();
+  return version.c_str();
 }
 
 odla_status RunTaskNow(odla_device device, odla_task task) {
@@ -152,10 +203,25 @@ odla_status odla_GetDeviceInfo(odla_device device, odla_device_info info_type,
         info_value->data_type = ODLA_FLOAT32;
         info_value->val_fp32 = pages ? static_cast<float>(pages - available) / pages : 0.f;
         return ODLA_SUCCESS;
-      default:
+      case ODLA_DEVICE_INFO_PROCESSOR_UTIL:
+        info_value->data_type = ODLA_FLOAT32;
+        info_value->val_fp32 = ProcessorUtilization();
+        return ODLA_SUCCESS;
+      case ODLA_DEVICE_INFO_DEV_UUID:
+        info_value->data_type = ODLA_STRING;  // 16 bytes, not NUL-terminated, as CUDA's UUID
+        info_value->val_str = MachineUuid();
+        return ODLA_SUCCESS;
+      case ODLA_DEVICE_INFO_DRIVER_VERSION:
+        info_value->data_type = ODLA_STRING;
+        info_value->val_str = KernelVersion();
+        return ODLA_SUCCESS;
+      case ODLA_DEVICE_INFO_SDK_VERSION:
+        info_value->data_type = ODLA_STRING;
+        info_value->val_str = "TVM " ODLA_TVM_TVM_VERSION;
+        return ODLA_SUCCESS;
+      default:  // the power items: a CPU has no power reading here
         throw Error(ODLA_UNSUPPORTED_DATATYPE, "device info " + std::to_string(info_type) +
-                                                   " is not known of the CPU here (Python's "
-                                                   "get_device_info has more)");
+                                                   " is not known of the CPU here");
     }
   });
 }

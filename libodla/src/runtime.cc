@@ -224,12 +224,30 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
 
 namespace {
 
+// Whether the user set TVM's pool spin before this library loaded (what it sets later is not
+// the user's choice).
+const bool user_chose_pool_spin = std::getenv("TVM_THREAD_POOL_SPIN_COUNT") != nullptr;
+
+// Readies the process's thread pools for an executable as odla_tvm's Python path does
+// (targets.runtime, targets.plugins.onednn), unless the user chose: TVM's pool polls 10000
+// times for its next kernel, or not at all once oneDNN's regions run (its polling workers take
+// the cores from the region after them); oneDNN's OpenMP threads spin 10000 of libgomp's
+// spins. The pool reads its spin when it starts, libgomp its own when it loads (with the
+// executable's library): both after this.
+void ReadyThreadPools(bool vendor_regions) {
+  if (!user_chose_pool_spin) setenv("TVM_THREAD_POOL_SPIN_COUNT", vendor_regions ? "0" : "10000",
+                                    vendor_regions);
+  if (vendor_regions && std::getenv("OMP_WAIT_POLICY") == nullptr)
+    setenv("GOMP_SPINCOUNT", "10000", 0);
+}
+
 std::shared_ptr<_odla_executable> Loaded(std::shared_ptr<_odla_executable> exe,
                                          const StoredExecutable& stored, const std::string& what) {
   for (const Slot& s : stored.args) exe->args.push_back(SlotValue(s));
   for (const Slot& s : stored.outputs) exe->outputs.push_back(SlotValue(s));
   for (const Array& a : stored.variable_data) exe->extra.push_back(Copy(a));
   for (const Array& a : stored.weights) exe->extra.push_back(Copy(a));
+  ReadyThreadPools(stored.vendor_regions);
   try {
     exe->library = stored.library_path.empty() ? LoadLibrary(stored.library)
                                                : ffi::Module::LoadFromFile(stored.library_path);

@@ -237,6 +237,7 @@ StoredExecutable ParseManifest(const ffi::json::Object& manifest, const std::str
   stored.args = Slots(manifest, "args", r);
   stored.outputs = Slots(manifest, "outputs", r);
   stored.variables = Slots(manifest, "variables", r);
+  stored.vendor_regions = !List(manifest, "vendor_regions", r).empty();
   return stored;
 }
 

@@ -34,6 +34,7 @@ struct StoredExecutable {
   std::string_view library;  // the library's bytes, or
   std::string library_path;  // (a bundle's) its file
   std::vector<Array> variable_data, weights;
+  bool vendor_regions = false;  // its main calls a vendor plugin's regions (oneDNN's)
   std::list<std::string> held;  // what the arrays view, where not the caller's blob
 };
 

@@ -309,9 +309,11 @@ def _swap_last_two(emit, x):
 
 @register("Gemm")
 def gemm(emit, a, b, c, *, a_transpose, b_transpose, alpha, beta):
+    # Operands above rank 2 are stacks of matrices: HALO emits its batched MatMul as odla_Gemm,
+    # and ODLA's backends (dnnl, popart) take it so.
     for name, operand in (("A", a), ("B", b)):
-        if operand.ty.ndim != 2:
-            raise LoweringError(f"{name} is {operand.ty}; expected a rank-2 matrix")
+        if operand.ty.ndim < 2:
+            raise LoweringError(f"{name} is {operand.ty}; expected a matrix or a stack of them")
     a = _swap_last_two(emit, a) if a_transpose else a
     b = _swap_last_two(emit, b) if b_transpose else b
     dtype = str(a.ty.dtype)

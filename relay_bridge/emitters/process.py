@@ -273,6 +273,9 @@ def _resize_axes(emit, x, axes, sizes, *, method, coordinate_mode, nearest_mode,
     return y
 
 
+ALL_AXES = 0xFFFFFFFF
+
+
 @register("Resize")
 def resize(emit, x, *, axes_mask, output_dims, **interpolation):
     rank = x.ty.ndim
@@ -282,7 +285,9 @@ def resize(emit, x, *, axes_mask, output_dims, **interpolation):
     dims = x.ty.shape.values
     changed = [a for a in range(rank)
                if not isinstance(dims[a], tirx.IntImm) or int(dims[a]) != output_dims[a]]
-    # A 0 mask resizes every axis whose size changes.
+    # A 0 mask resizes every axis whose size changes; so does an all-ones one (HALO's generated
+    # code passes -1 as the odla_uint32 mask, its "every axis").
+    axes_mask = 0 if axes_mask == ALL_AXES else axes_mask
     axes = [a for a in range(rank) if axes_mask >> (rank - 1 - a) & 1] if axes_mask else changed
     resized_elsewhere = [a for a in changed if a not in axes]
     if resized_elsewhere or axes_mask >> rank:
