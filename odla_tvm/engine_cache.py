@@ -5,7 +5,8 @@ compiling again. An engine is an exported bundle (odla_tvm.bundle's directory, e
 sha256-checked) under ``<cache dir>/engines/<key>.odla``, its library loaded and its weights
 memory-mapped from there. The key digests all the compiled code depends on: the model's bytes
 and fixed inputs, the target's key, odla-tvm's, TVM's and TVM-FFI's versions and installed
-files, the options and the target's tuning database. An entry that fails to load is removed
+files, the options and the target's tuning database (an engine built before its records
+changed is rebuilt, the log says so, and replaced). An entry that fails to load is removed
 and rebuilt, never run. The cache keeps at most ``limit_bytes`` (ODLA_TVM_ENGINE_CACHE_BYTES,
 default 4 GiB), evicting the least recently used.
 """
@@ -137,7 +138,7 @@ def limit_bytes() -> int:
         return DEFAULT_LIMIT_BYTES
 
 
-def _database_state(spec: targets.TargetSpec, cache_dir) -> str:
+def database_state(spec: targets.TargetSpec, cache_dir) -> str:
     """The tuning records that would apply to a build for ``spec``: their files' sizes and
     modification times (tuning more changes the key, so the engine is rebuilt with them)."""
     database = targets.find_database(spec, cache_dir)
@@ -172,16 +173,45 @@ def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) 
         "code": _code_state(),
         "tvm": targets.tvm_version(),
         "tvm-ffi": targets.tvm_ffi_version(),
-        "tuning": _database_state(device.target, cache_dir),
         "options": options or {},
     }
+    key = _digest({**identity, "tuning": database_state(device.target, cache_dir)})
+    _untuned_keys[key] = _digest(identity)
+    return key
+
+
+# engine key -> the key of the same engine but for its tuning records: an entry stored with
+# the same one was built before the records changed (see load and store).
+_untuned_keys: dict[str, str] = {}
+
+
+def _digest(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _outdated(key: str, cache_dir) -> list[Path]:
+    """The entries of the engine of ``key`` built with other tuning records than now."""
+    untuned = _untuned_keys.get(key)
+    if untuned is None:
+        return []
+    found = []
+    for info_path in cache_root(cache_dir).glob(f"*{_INFO_SUFFIX}"):
+        try:
+            info = json.loads(info_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("untuned") == untuned and info.get("key") != key:
+            found.append(info_path.with_suffix(_SUFFIX))
+    return found
 
 
 def load(key: str, device: Device, cache_dir=None) -> Executable | None:
     """The engine stored under ``key``, or None (missing, or unusable and so removed)."""
     path = cache_root(cache_dir) / f"{key}{_SUFFIX}"
     if not path.is_dir():
+        if _outdated(key, cache_dir):
+            log.info("the tuning records for %s changed since this model's engine was cached; "
+                     "recompiling with them", device.target.name)
         return None
     try:
         info = json.loads(path.with_suffix(_INFO_SUFFIX).read_text())
@@ -212,7 +242,8 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     root = cache_root(cache_dir)
     path = root / f"{key}{_SUFFIX}"
     info = {"key": key, "model": description, "target": executable.device.target.name,
-            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": __version__}
+            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": __version__,
+            "untuned": _untuned_keys.get(key)}
     try:
         root.mkdir(parents=True, exist_ok=True)
         bundle.export(executable, None, path)  # written beside and renamed into place
@@ -229,6 +260,8 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
                     getattr(err, "message", err))
         _remove(path)
         return
+    for outdated in _outdated(key, cache_dir):  # built with the records before they changed
+        _remove(outdated)
     evict(limit_bytes(), cache_dir, keep=path)
 
 

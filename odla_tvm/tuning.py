@@ -9,23 +9,30 @@ $ODLA_TVM_CACHE_DIR, else the user's cache directory (~/.cache/odla-tvm).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from numbers import Real
 
 import targets
 
+from . import engine_cache
 from .computation import Computation, _computation, cache_dir_of, destroy_computation
-from .device import Device, allocate_device, checked_device
+from .device import Device, checked_device, default_target
+from . import model_latency
 from .types import DeviceName, OdlaError, Status, check_count
+
+log = logging.getLogger(__name__)
 
 
 def target_spec(target) -> targets.TargetSpec:
     """A target from a Device, a target name (``odla-tvm info`` lists them), a target spec
-    file (a path ending in .json, written by ``odla-tvm info --target-spec``) or None: this CPU
-    as TVM alone compiles for it (INTEL_X86's host-cpu), the code tuning speeds up; DEFAULT
-    hands its convolutions and matmuls to oneDNN."""
+    file (a path ending in .json, written by ``odla-tvm info --target-spec``) or None: the
+    DEFAULT device's, which Session.from_onnx and compile_computation use unless told
+    otherwise (on x86-64 Linux host-cpu-onednn-auto: tuning takes the kernels TVM compiles
+    there, those oneDNN does not take)."""
     if target is None:
-        return checked_device(allocate_device(device_name=DeviceName.INTEL_X86)).target
+        return default_target()
     if isinstance(target, Device):
         return checked_device(target).target
     if isinstance(target, os.PathLike):
@@ -77,6 +84,13 @@ def _tracker(rpc_tracker, rpc_key):
     return tracker
 
 
+def _why_not_timed(comp: Computation, spec: targets.TargetSpec, tracker) -> str | None:
+    """Why tune cannot time the model here before and after (None: it can)."""
+    if tracker is not None or spec.remote or not spec.runs_here():
+        return f"{spec.name} is measured on other machines"
+    return model_latency.not_timed_reason(comp)
+
+
 def _model_label(model) -> str:
     """How the database's run log names the model."""
     if isinstance(model, Computation):
@@ -89,14 +103,15 @@ def _model_label(model) -> str:
 
 def tune(model, target=None, trials: int | None = None, minutes: float | None = None,
          cache_dir=None, progress: bool = True, keep_best: int | None = None,
-         rpc_tracker: str | None = None, rpc_key: str | None = None) -> targets.TuningReport:
+         rpc_tracker: str | None = None, rpc_key: str | None = None,
+         time_model: bool = True) -> targets.TuningReport:
     """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
     ``target`` (a Device, a target name, a target spec file of another machine's CPU, or None
-    for this CPU) and returns what the run did.
+    for the DEFAULT device's, what Session.from_onnx uses) and returns what the run did.
 
     ``trials``: candidates measured for the model's kernels, counting those earlier runs
     recorded (so an interrupted run given the same budget resumes where it stopped);
-    ``minutes``: a wall-clock limit for this run. Progress shows on a tqdm bar unless
+    ``minutes``: a wall-clock limit for the whole call. Progress shows on a tqdm bar unless
     ``progress`` is False. ``keep_best``: afterwards, keep only that many of the fastest
     records of each kernel in the target's database (to store or ship it: compiles use only
     the fastest; later runs still count the removed trials).
@@ -106,7 +121,13 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     tune a board (aarch64-linux) or another machine's CPU (llvm:MCPU:CORES, or its spec file). A
     server lost during the run is done without, and what it was measuring is measured again
     on the others; with no free server after targets.tuning.rpc.SERVER_WAIT_S, OdlaError
-    (TIMEOUT)."""
+    (TIMEOUT).
+
+    ``time_model``: where the target runs here, the model is built as a load of it would be
+    (an ONNX model through Session.from_onnx, its engine cache included) and timed before and
+    after the run, within ``minutes``; the report gives both latencies and the kernels that
+    come from records."""
+    deadline = None if minutes is None else time.monotonic() + 60 * minutes
     _budget(trials, minutes)
     if keep_best is not None:
         check_count(keep_best, 1, "keep_best")
@@ -119,10 +140,37 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
 
         comp = imported = import_model(model)
     try:
+        cache_dir = cache_dir_of(comp, cache_dir)
         mod = comp.build_module()
-        return targets.tune(mod, spec, trials=trials, minutes=minutes,
-                            cache_dir=cache_dir_of(comp, cache_dir), label=_model_label(model),
-                            progress=progress, keep_best=keep_best, tracker=tracker)
+        not_timed = _why_not_timed(comp, spec, tracker) if time_model else None
+        device, before, reserve = Device(DeviceName.DEFAULT, 0, spec), None, 0.0
+        if time_model and not_timed is None:
+            log.info("building the model as it loads before tuning, to time it")
+            started = time.monotonic()
+            before = model_latency.build(model, comp, device, cache_dir)
+            # After the run it is built again, about as long, then both are timed.
+            reserve = 1.25 * (time.monotonic() - started) + 2 * model_latency.TIMING_BUDGET_S
+        state = engine_cache.database_state(spec, cache_dir)
+        report = targets.tune(
+            mod, spec, trials=trials,
+            minutes=None if deadline is None else (deadline - time.monotonic()) / 60,
+            cache_dir=cache_dir, label=_model_label(model), progress=progress,
+            keep_best=keep_best, tracker=tracker, reserve_s=reserve)
+        if before is not None:
+            after = before
+            if engine_cache.database_state(spec, cache_dir) != state:
+                log.info("building the model with the new records")
+                after = model_latency.build(model, comp, device, cache_dir)
+            log.info("timing the model before and after tuning, in turns")
+            timed = model_latency.latencies(
+                {"before": before} if after is before else {"before": before, "after": after})
+            report.latency_before_s = timed["before"]
+            report.latency_after_s = timed.get("after", timed["before"])
+            module = after.executable.module
+            report.kernels, report.tuned_kernels = (len(module.kernel_bindings),
+                                                    list(module.tuned_kernels))
+        report.not_timed = not_timed
+        return report
     except targets.TuningUnavailable as err:
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err)) from None
     except targets.TrackerError as err:

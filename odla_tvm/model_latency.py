@@ -1,0 +1,44 @@
+"""How fast a model runs here as its user's next load builds it: what ``tune`` reports before
+and after a run. An ONNX model loads through Session.from_onnx, with the engine cache as the
+user has it, so that the build after tuning is the engine the user's next load reads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bench.timing import latency_in_turns
+from .computation import Computation
+from .device import Device
+from .executable import compile_outputs
+from .session import Session
+
+TIMED_S = 1.0  # each build's timed runs add up to this, at least 5 of them
+TIMING_BUDGET_S = 3.0  # or, past 3 each, stop here
+
+
+def not_timed_reason(comp: Computation) -> str | None:
+    """Why ``comp`` cannot be timed with made-up inputs (None: it can)."""
+    dynamic = [a.id for a in comp.args if a.shape.is_dynamic]
+    return f"the shapes of its inputs {dynamic} are not fixed" if dynamic else None
+
+
+def build(model, comp: Computation, device: Device, cache_dir) -> Session:
+    """``model`` (an ONNX model, or the Computation ``comp``) built for ``device`` with the
+    tuning records in ``cache_dir``."""
+    if isinstance(model, Computation):
+        return Session(compile_outputs(comp, device, comp.args, comp.outputs,
+                                       cache_dir=cache_dir))
+    return Session.from_onnx(model, device, cache_dir=cache_dir)
+
+
+def latencies(sessions: dict[str, Session]) -> dict[str, float]:
+    """Per name, the median run of its session on seeded random inputs, the sessions timed in
+    turns (so that the machine's busy spells fall on each alike)."""
+    rng = np.random.default_rng(0)
+    args = next(iter(sessions.values())).executable.args
+    feeds = {a.id: (rng.standard_normal(a.shape.dims) if a.type.dtype.kind == "f"
+                    else np.zeros(a.shape.dims)).astype(a.type.dtype) for a in args}
+    timed = latency_in_turns({name: lambda s=session: s.run(feeds)
+                              for name, session in sessions.items()},
+                             seconds=TIMED_S, budget_s=TIMING_BUDGET_S)
+    return {name: seconds for name, (seconds, _runs) in timed.items()}
