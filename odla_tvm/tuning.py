@@ -16,37 +16,12 @@ from numbers import Real
 
 import targets
 
-from . import engine_cache
+from . import engine_cache, model_latency
 from .computation import Computation, _computation, cache_dir_of, destroy_computation
-from .device import Device, checked_device, default_target
-from . import model_latency
+from .device import Device, default_target, target_spec
 from .types import DeviceName, OdlaError, Status, check_count
 
 log = logging.getLogger(__name__)
-
-
-def target_spec(target) -> targets.TargetSpec:
-    """A target from a Device, a target name (``odla-tvm info`` lists them), a target spec
-    file (a path ending in .json, written by ``odla-tvm info --target-spec``) or None: the
-    DEFAULT device's, which Session.from_onnx and compile_computation use unless told
-    otherwise (on x86-64 Linux host-cpu-onednn-auto: tuning takes the kernels TVM compiles
-    there, those oneDNN does not take)."""
-    if target is None:
-        return default_target()
-    if isinstance(target, Device):
-        return checked_device(target).target
-    if isinstance(target, os.PathLike):
-        target = os.fspath(target)
-    if not isinstance(target, str):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"target is a {type(target).__name__}; expected a Device, a target name, a target "
-            "spec file or None",
-        )
-    try:
-        return targets.get_target(target)
-    except KeyError as err:
-        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err.args[0])) from None
 
 
 def _budget(trials, minutes) -> None:
@@ -132,7 +107,7 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     if keep_best is not None:
         check_count(keep_best, 1, "keep_best")
     tracker = _tracker(rpc_tracker, rpc_key)
-    spec = target_spec(target)
+    spec = default_target() if target is None else target_spec(target)
     if isinstance(model, Computation):
         comp, imported = _computation(model), None
     else:
