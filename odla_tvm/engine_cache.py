@@ -205,6 +205,34 @@ def _outdated(key: str, cache_dir) -> list[Path]:
     return found
 
 
+def onnx_engine_key(model, device: Device, cache_dir=None) -> str | None:
+    """The key Session.from_onnx gives the engine of ONNX ``model`` (no inputs fixed) for
+    ``device`` now; None where it keeps none."""
+    digest = model_digest(model, None, cache_dir) if enabled() else None
+    return None if digest is None else engine_key(digest, device, cache_dir)
+
+
+def build_seconds(key: str, cache_dir=None) -> float | None:
+    """How long compiling the engine of ``key`` took, where note_build_seconds said so."""
+    try:
+        info = json.loads((cache_root(cache_dir) / f"{key}{_INFO_SUFFIX}").read_text())
+    except (OSError, ValueError):
+        return None
+    seconds = info.get("build_s")
+    return float(seconds) if isinstance(seconds, (int, float)) else None
+
+
+def note_build_seconds(key: str, seconds: float, cache_dir=None) -> None:
+    """Keeps beside the engine of ``key`` (if cached) how long compiling it took: tune's
+    estimate of a build's time when the model loads from the cache."""
+    path = cache_root(cache_dir) / f"{key}{_INFO_SUFFIX}"
+    try:
+        info = json.loads(path.read_text())
+        write_atomically(path, json.dumps({**info, "build_s": seconds}).encode())
+    except (OSError, ValueError, OdlaError):
+        pass  # an estimate only
+
+
 def load(key: str, device: Device, cache_dir=None) -> Executable | None:
     """The engine stored under ``key``, or None (missing, or unusable and so removed)."""
     path = cache_root(cache_dir) / f"{key}{_SUFFIX}"

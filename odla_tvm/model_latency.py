@@ -4,8 +4,11 @@ user has it, so that the build after tuning is the engine the user's next load r
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from . import engine_cache
 from .bench.timing import latency_in_turns
 from .computation import Computation
 from .device import Device
@@ -22,13 +25,23 @@ def not_timed_reason(comp: Computation) -> str | None:
     return f"the shapes of its inputs {dynamic} are not fixed" if dynamic else None
 
 
-def build(model, comp: Computation, device: Device, cache_dir) -> Session:
+def build(model, comp: Computation, device: Device, cache_dir) -> tuple[Session, float | None]:
     """``model`` (an ONNX model, or the Computation ``comp``) built for ``device`` with the
-    tuning records in ``cache_dir``."""
+    tuning records in ``cache_dir``, and how long compiling it takes: measured now, or where
+    it loaded from the engine cache, as noted when the engine was compiled (None: unknown)."""
+    started = time.monotonic()
     if isinstance(model, Computation):
         return Session(compile_outputs(comp, device, comp.args, comp.outputs,
-                                       cache_dir=cache_dir))
-    return Session.from_onnx(model, device, cache_dir=cache_dir)
+                                       cache_dir=cache_dir)), time.monotonic() - started
+    key = engine_cache.onnx_engine_key(model, device, cache_dir)
+    cached = key is not None and any(e.key == key for e in engine_cache.entries(cache_dir))
+    session = Session.from_onnx(model, device, cache_dir=cache_dir)
+    if cached:
+        return session, engine_cache.build_seconds(key, cache_dir)
+    seconds = time.monotonic() - started
+    if key is not None:
+        engine_cache.note_build_seconds(key, seconds, cache_dir)
+    return session, seconds
 
 
 def latencies(sessions: dict[str, Session]) -> dict[str, float]:

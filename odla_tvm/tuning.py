@@ -121,10 +121,12 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
         device, before, reserve = Device(DeviceName.DEFAULT, 0, spec), None, 0.0
         if time_model and not_timed is None:
             log.info("building the model as it loads before tuning, to time it")
-            started = time.monotonic()
-            before = model_latency.build(model, comp, device, cache_dir)
-            # After the run it is built again, about as long, then both are timed.
-            reserve = 1.25 * (time.monotonic() - started) + 2 * model_latency.TIMING_BUDGET_S
+            before, build_s = model_latency.build(model, comp, device, cache_dir)
+            # After the run it is built again, about as long (half the time left where that
+            # is unknown), then both are timed.
+            if build_s is None and deadline is not None:
+                build_s = (deadline - time.monotonic()) / 2
+            reserve = 1.25 * (build_s or 0.0) + 2 * model_latency.TIMING_BUDGET_S
         state = engine_cache.database_state(spec, cache_dir)
         report = targets.tune(
             mod, spec, trials=trials,
@@ -135,7 +137,7 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
             after = before
             if engine_cache.database_state(spec, cache_dir) != state:
                 log.info("building the model with the new records")
-                after = model_latency.build(model, comp, device, cache_dir)
+                after, _seconds = model_latency.build(model, comp, device, cache_dir)
             log.info("timing the model before and after tuning, in turns")
             timed = model_latency.latencies(
                 {"before": before} if after is before else {"before": before, "after": after})

@@ -24,7 +24,7 @@ from . import rpc
 from .builder import KeptPoolBuilder, build_candidate, export_shared
 from .database import TuningDatabase
 from .progress import Progress
-from .run_off import RUN_OFF_REPEATS, run_off, time_default_schedules
+from .run_off import RUN_OFF_REPEATS, past, run_off, time_default_schedules
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ class TuningReport:
             return (f"nothing to tune for {self.target}: its vendor plugins run the whole "
                     f"model, or its kernels come scheduled; database {self.directory}"
                     f"{self._latency()}")
+        if self.stopped_by == "minutes" and not self.trials_run:
+            latency += ("; the time limit ran out before the first trial (building and timing "
+                        "the model, and timing each kernel's default schedule, come first): "
+                        "give more minutes")
         return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
                 f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
                 f"{self.stopped_by}); {latency}{kept}; database {self.directory}{removed}"
@@ -184,7 +188,8 @@ def _tune(mod, spec, trials, deadline, cache_dir, label, progress, tracker) -> T
             progress_bar = Progress(
                 tasks, database.compiled_seconds(hashes), [count > 0 for count in counts],
                 max(budget, 0) if trials is not None else None, search_deadline,
-                f"tuning {label} for {spec.name}", progress and budget > 0, fleet)
+                f"tuning {label} for {spec.name}",
+                progress and budget > 0 and not past(search_deadline), fleet)
             try:
                 for indices, per_task, scheduler in phases:
                     left = budget - progress_bar.trials
