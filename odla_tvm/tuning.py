@@ -102,8 +102,9 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     (an ONNX model through Session.from_onnx, its engine cache included) and timed before and
     after the run, within ``minutes``; the report gives both latencies and the kernels that
     come from records."""
-    deadline = None if minutes is None else time.monotonic() + 60 * minutes
+    started = time.monotonic()
     _budget(trials, minutes)
+    deadline = None if minutes is None else started + 60 * minutes
     if keep_best is not None:
         check_count(keep_best, 1, "keep_best")
     tracker = _tracker(rpc_tracker, rpc_key)
