@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import logging
 import time
 from pathlib import Path
@@ -29,6 +30,10 @@ from .run_off import RUN_OFF_REPEATS, past, run_off, time_default_schedules
 log = logging.getLogger(__name__)
 
 FIRST_TRIALS = 16  # what every kernel gets first: enough for a parallel, vectorized schedule
+# What MetaSchedule imports to tune (in odla-tvm's install): its process pools' and its cost
+# model's (tuning goes on without the cost model, choosing candidates at random).
+POOL_MODULES = {"psutil": "psutil==7.2.2", "cloudpickle": "cloudpickle==3.1.3"}
+COST_MODEL_PACKAGE = "xgboost-cpu==3.2.0"
 # Of a run's time limit, the share its last step, the run-off, may take (it stops between
 # kernels when the limit is reached; the kernels left run off in the next run).
 RUN_OFF_SHARE = 0.2
@@ -137,6 +142,10 @@ def _tune(mod, spec, trials, deadline, cache_dir, label, progress, tracker) -> T
             "odla_rpc_server on it (odla-tvm rpc-server prints how) and give rpc_tracker and "
             "rpc_key (odla-tvm tune --rpc-tracker HOST:PORT --rpc-key KEY), or tune on such a "
             "machine")
+    missing = [pin for module, pin in POOL_MODULES.items() if not _installed(module)]
+    if missing:
+        raise TuningUnavailable(f"tuning needs {', '.join(missing)}, which odla-tvm's install "
+                                f"brings: pip install {' '.join(missing)}")
     started = time.monotonic()
     fleet = None
     if tracker is not None:
@@ -255,6 +264,7 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
                 tasks=contexts, task_weights=weights, work_dir=str(database.directory),
                 max_trials_global=budget, max_trials_per_task=per_task or budget,
                 num_trials_per_iter=per_batch, builder=builder, runner=runner,
+                cost_model=_cost_model(),
                 database=ms_database, measure_callbacks=[
                     *ms.MeasureCallback.create("default"), progress_bar.callback()],
                 task_scheduler=scheduler)
@@ -263,6 +273,21 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
             raise runner.fleet.error from None
         if not progress_bar.out_of_time:
             raise
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@functools.cache
+def _cost_model() -> str:
+    """MetaSchedule's XGBoost cost model, or where xgboost is missing (saying so, once), its
+    random one."""
+    if _installed("xgboost"):
+        return "xgb"
+    log.warning("xgboost is not installed: candidates are chosen at random, not by XGBoost's "
+                "cost model; pip install %s adds it", COST_MODEL_PACKAGE)
+    return "random"
 
 
 def _elsewhere(spec: TargetSpec) -> str:
