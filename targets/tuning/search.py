@@ -227,7 +227,7 @@ def _tune(mod, spec, trials, deadline, cache_dir, label, progress, tracker) -> T
             builder.shutdown()
             if remote:
                 runner.shutdown()
-    stopped_by = ("done" if budget <= 0 else "minutes" if progress_bar.time_is_up()
+    stopped_by = ("done" if budget <= 0 else "minutes" if progress_bar.out_of_time
                   else "trials")
     report = _report(spec, database, tasks, hashes, progress_bar.trials, started, stopped_by,
                      fleet)
