@@ -139,13 +139,10 @@ def limit_bytes() -> int:
 
 
 def database_state(spec: targets.TargetSpec, cache_dir) -> str:
-    """The tuning records that would apply to a build for ``spec``: their files' sizes and
-    modification times (tuning more changes the key, so the engine is rebuilt with them)."""
+    """The tuning records that would apply to a build for ``spec`` (TuningDatabase.state:
+    tuning more changes the key, so the engine is rebuilt with them)."""
     database = targets.find_database(spec, cache_dir)
-    if database is None:
-        return "none"
-    files = sorted(p for p in database.directory.iterdir() if p.is_file())
-    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    return "none" if database is None else database.state()
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from numbers import Real
 
 import targets
 
-from . import engine_cache, model_latency
+from . import model_latency
 from .computation import Computation, _computation, cache_dir_of, destroy_computation
 from .device import Device, default_target, target_spec
 from .types import DeviceName, OdlaError, Status, check_count
@@ -117,37 +117,19 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
         comp = imported = import_model(model)
     try:
         cache_dir = cache_dir_of(comp, cache_dir)
-        mod = comp.build_module()
         not_timed = _why_not_timed(comp, spec, tracker) if time_model else None
-        device, before, reserve = Device(DeviceName.DEFAULT, 0, spec), None, 0.0
-        if time_model and not_timed is None:
-            log.info("building the model as it loads before tuning, to time it")
-            before, build_s = model_latency.build(model, comp, device, cache_dir)
-            # After the run it is built again, about as long (half the time left where that
-            # is unknown), then both are timed.
-            if build_s is None and deadline is not None:
-                build_s = (deadline - time.monotonic()) / 2
-            reserve = 1.25 * (build_s or 0.0) + 2 * model_latency.TIMING_BUDGET_S
-        state = engine_cache.database_state(spec, cache_dir)
+        timing = model_latency.BeforeAndAfter(
+            model, comp, Device(DeviceName.DEFAULT, 0, spec), cache_dir, deadline) \
+            if time_model and not_timed is None else None
         report = targets.tune(
-            mod, spec, trials=trials,
+            comp.build_module(), spec, trials=trials,
             minutes=None if deadline is None else (deadline - time.monotonic()) / 60,
             cache_dir=cache_dir, label=_model_label(model), progress=progress,
-            keep_best=keep_best, tracker=tracker, reserve_s=reserve)
-        if before is not None:
-            after = before
-            if engine_cache.database_state(spec, cache_dir) != state:
-                log.info("building the model with the new records")
-                after, _seconds = model_latency.build(model, comp, device, cache_dir)
-            log.info("timing the model before and after tuning, in turns")
-            timed = model_latency.latencies(
-                {"before": before} if after is before else {"before": before, "after": after})
-            report.latency_before_s = timed["before"]
-            report.latency_after_s = timed.get("after", timed["before"])
-            module = after.executable.module
-            report.kernels, report.tuned_kernels = (len(module.kernel_bindings),
-                                                    list(module.tuned_kernels))
+            keep_best=keep_best, tracker=tracker,
+            reserve_s=0.0 if timing is None else timing.reserve_s)
         report.not_timed = not_timed
+        if timing is not None:
+            timing.add_to(report)
         return report
     except targets.TuningUnavailable as err:
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err)) from None

@@ -98,14 +98,18 @@ def default_seconds_of(spec, cache, seconds):
 
 def test_minutes_limit_the_whole_call(tmp_path):
     model = conv_exp_onnx(tmp_path / "conv_exp.onnx")
-    minutes = 0.25
+    minutes = 0.3
     started = time.monotonic()
     report = odla.tune(model, minutes=minutes, cache_dir=tmp_path / "cache", progress=False)
     took = time.monotonic() - started
-    # A bound, not a speed: the build and timing after the run included.
+    # A bound, not a speed: the builds and timing before and after the run included (on a
+    # busy machine the build after it is left out to keep the limit, and the report says so).
     assert took < minutes * 60 + 8, took
     assert report.stopped_by == "minutes"
-    assert report.latency_before_s is not None and report.latency_after_s is not None
+    if report.not_timed is None:
+        assert report.latency_before_s is not None and report.latency_after_s is not None
+    else:
+        assert "the time limit left no time to build it again" in report.summary()
 
 
 def test_pooling_kernels_tune_without_tvm_warnings(tmp_path, capfd):
