@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
@@ -135,3 +136,21 @@ def test_pooling_kernels_tune_without_tvm_warnings(tmp_path, capfd):
         assert context.generate_design_space()
     assert not RAW_TVM_LINE.search(capfd.readouterr().err)
     odla.destroy_computation(comp)
+
+
+def test_a_run_ends_where_another_batch_would_pass_the_limit():
+    from targets.tuning.progress import OutOfTime, Progress
+
+    class Task:
+        weight = 1
+
+    class Result:
+        error_msg, run_secs = None, [0.001]
+
+    progress = Progress([Task()], [None], [False], None, time.monotonic() + 60, "tuning", False)
+    progress.update(0, [Result()])  # a quick batch, the limit far: on
+    progress.batch_started -= 100  # a batch that took longer than the time left
+    with pytest.raises(OutOfTime):
+        progress.update(0, [Result()])
+    assert progress.out_of_time and progress.trials == 2
+    progress.close()

@@ -16,7 +16,8 @@ class Progress:
     earlier ones), the model's best kernel time so far (calls x the better of the best record
     and the default schedule, summed over measured kernels), the RPC servers measuring (those
     that measured and were not lost since), and the time left of a minutes budget. Ends the
-    run (raising OutOfTime) once that time is up."""
+    run (raising OutOfTime) once that time is up, or would be before another batch as long
+    as the last one ended."""
 
     def __init__(self, tasks, best, recorded, total, deadline, description, enabled,
                  fleet=None):
@@ -31,13 +32,16 @@ class Progress:
         self.fleet = fleet
         self.trials = 0
         self.out_of_time = False
+        self.batch_started = time.monotonic()
         self.bar = tqdm.tqdm(total=total, desc=description, unit="trial", disable=not enabled)
 
     def phase(self, indices: list[int]) -> None:
         self.indices = indices
+        self.batch_started = time.monotonic()
 
-    def time_is_up(self) -> bool:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+    def time_is_up(self, next_batch_s: float = 0.0) -> bool:
+        """Whether the time is up, or will be within ``next_batch_s``."""
+        if self.deadline is not None and time.monotonic() + next_batch_s >= self.deadline:
             self.out_of_time = True
         return self.out_of_time
 
@@ -57,6 +61,7 @@ class Progress:
 
     def update(self, task_id: int, runner_results) -> None:
         task = self.indices[task_id]
+        batch_s, self.batch_started = time.monotonic() - self.batch_started, time.monotonic()
         for result in runner_results:
             if result.error_msg is None and result.run_secs:
                 seconds = sum(float(s) for s in result.run_secs) / len(result.run_secs)
@@ -73,7 +78,7 @@ class Progress:
             postfix["left"] = f"{max(0.0, self.deadline - time.monotonic()):.0f} s"
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(len(runner_results))
-        if self.time_is_up():
+        if self.time_is_up(batch_s):
             # The batch is in the database already (the default callbacks come first). Ending
             # the tasks here instead would fail the gradient scheduler's check that the task
             # it is about to return was not ended.
