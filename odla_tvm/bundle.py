@@ -21,6 +21,7 @@ import numpy as np
 import targets
 
 from .computation import Computation, cache_dir_of
+from .device import target_spec
 from .executable import (
     BUNDLE_FORMAT,
     LIBRARY,
@@ -30,7 +31,6 @@ from .executable import (
     _executable,
     file_sha256,
 )
-from .tuning import target_spec
 from .types import ElementType, OdlaError, Status, ValueShape, numpy_dtype
 
 log = logging.getLogger(__name__)

@@ -252,6 +252,8 @@ def tune(args) -> None:
     from .computation import Computation
     from .tuning import tune as tune_model
 
+    if args.verbose:  # MetaSchedule's own log lines too (search.py's _quiet_meta_schedule)
+        logging.getLogger("targets.tuning").setLevel(logging.DEBUG)
     # An ONNX file is tuned by path, so the database's run log names the model by its file.
     model = args.model if args.model.endswith(".onnx") else load_model(args.model)
     if not isinstance(model, (str, Computation)):
@@ -423,14 +425,16 @@ def main(argv=None) -> int:
         "that target use the records")
     tune_parser.add_argument("model", help="an ONNX model (.onnx), or package.module:function "
                              "or FILE.py:function returning an ODLA computation")
-    tune_parser.add_argument("--target", default="host-cpu",
+    tune_parser.add_argument("--target",
                              help="target name (odla-tvm info lists them), or for another "
                              "machine's CPU llvm:MCPU:CORES (LLVM's name for it, its cores) or "
                              "its target spec file (FILE.json, from odla-tvm info --target-spec "
-                             "there); default host-cpu")
+                             "there); default: the DEFAULT device's, which Session.from_onnx "
+                             "uses (host-cpu-onednn-auto where oneDNN runs)")
     tune_parser.add_argument("--trials", type=int, help="candidates to measure for the model, "
                              "counting those earlier runs recorded")
-    tune_parser.add_argument("--minutes", type=float, help="wall-clock limit of this run")
+    tune_parser.add_argument("--minutes", type=float, help="wall-clock limit of this run, "
+                             "building and timing the model before and after included")
     tune_parser.add_argument("--keep-best", type=int, metavar="N",
                              help="afterwards keep only the N fastest records of each kernel in "
                              "the database (to store or ship it)")
@@ -441,6 +445,8 @@ def main(argv=None) -> int:
                              "(python -m tvm.exec.rpc_tracker) instead of this machine")
     tune_parser.add_argument("--rpc-key", metavar="KEY", help="with --rpc-tracker: the key the "
                              "servers registered under (rpc_server --key)")
+    tune_parser.add_argument("-v", "--verbose", action="store_true",
+                             help="log more, MetaSchedule's own lines (its task tables) among it")
     server_parser = commands.add_parser(
         "rpc-server", help="build odla_rpc_server, the RPC server a board runs to measure "
         "tuning candidates, and print how to start it there")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import time
 
@@ -142,6 +143,28 @@ def checked_device(device) -> Device:
     if device.destroyed:
         raise OdlaError(Status.INVALID_PARAM, f"{device!r} was destroyed; allocate a new one")
     return device
+
+
+def target_spec(target) -> targets.TargetSpec:
+    """A target from a Device, a target name (``odla-tvm info`` lists them), a target spec
+    file (a path ending in .json, written by ``odla-tvm info --target-spec``) or None: this CPU
+    as TVM alone compiles for it (INTEL_X86's host-cpu)."""
+    if target is None:
+        return checked_device(allocate_device(device_name=DeviceName.INTEL_X86)).target
+    if isinstance(target, Device):
+        return checked_device(target).target
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str):
+        raise OdlaError(
+            Status.INVALID_PARAM,
+            f"target is a {type(target).__name__}; expected a Device, a target name, a target "
+            "spec file or None",
+        )
+    try:
+        return targets.get_target(target)
+    except KeyError as err:
+        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err.args[0])) from None
 
 
 def destroy_device(device: Device) -> None:

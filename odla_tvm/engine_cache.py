@@ -5,7 +5,8 @@ compiling again. An engine is an exported bundle (odla_tvm.bundle's directory, e
 sha256-checked) under ``<cache dir>/engines/<key>.odla``, its library loaded and its weights
 memory-mapped from there. The key digests all the compiled code depends on: the model's bytes
 and fixed inputs, the target's key, odla-tvm's, TVM's and TVM-FFI's versions and installed
-files, the options and the target's tuning database. An entry that fails to load is removed
+files, the options and the target's tuning database (an engine built before its records
+changed is rebuilt, the log says so, and replaced). An entry that fails to load is removed
 and rebuilt, never run. The cache keeps at most ``limit_bytes`` (ODLA_TVM_ENGINE_CACHE_BYTES,
 default 4 GiB), evicting the least recently used.
 """
@@ -137,14 +138,11 @@ def limit_bytes() -> int:
         return DEFAULT_LIMIT_BYTES
 
 
-def _database_state(spec: targets.TargetSpec, cache_dir) -> str:
-    """The tuning records that would apply to a build for ``spec``: their files' sizes and
-    modification times (tuning more changes the key, so the engine is rebuilt with them)."""
+def database_state(spec: targets.TargetSpec, cache_dir) -> str:
+    """The tuning records that would apply to a build for ``spec`` (RecordsDirectory.state:
+    tuning more changes the key, so the engine is rebuilt with them)."""
     records = targets.find_records(spec, cache_dir)
-    if records is None:
-        return "none"
-    files = sorted(p for p in records.directory.iterdir() if p.is_file())
-    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    return "none" if records is None else records.state()
 
 
 @functools.cache
@@ -172,16 +170,73 @@ def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) 
         "code": _code_state(),
         "tvm": targets.tvm_version(),
         "tvm-ffi": targets.tvm_ffi_version(),
-        "tuning": _database_state(device.target, cache_dir),
         "options": options or {},
     }
+    key = _digest({**identity, "tuning": database_state(device.target, cache_dir)})
+    _untuned_keys[key] = _digest(identity)
+    return key
+
+
+# engine key -> the key of the same engine but for its tuning records: an entry stored with
+# the same one was built before the records changed (see load and store).
+_untuned_keys: dict[str, str] = {}
+
+
+def _digest(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _outdated(key: str, cache_dir) -> list[Path]:
+    """The entries of the engine of ``key`` built with other tuning records than now."""
+    untuned = _untuned_keys.get(key)
+    if untuned is None:
+        return []
+    found = []
+    for info_path in cache_root(cache_dir).glob(f"*{_INFO_SUFFIX}"):
+        try:
+            info = json.loads(info_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("untuned") == untuned and info.get("key") != key:
+            found.append(info_path.with_suffix(_SUFFIX))
+    return found
+
+
+def onnx_engine_key(model, device: Device, cache_dir=None) -> str | None:
+    """The key Session.from_onnx gives the engine of ONNX ``model`` (no inputs fixed) for
+    ``device`` now; None where it keeps none."""
+    digest = model_digest(model, None, cache_dir) if enabled() else None
+    return None if digest is None else engine_key(digest, device, cache_dir)
+
+
+def build_seconds(key: str, cache_dir=None) -> float | None:
+    """How long compiling the engine of ``key`` took, where note_build_seconds said so."""
+    try:
+        info = json.loads((cache_root(cache_dir) / f"{key}{_INFO_SUFFIX}").read_text())
+    except (OSError, ValueError):
+        return None
+    seconds = info.get("build_s")
+    return float(seconds) if isinstance(seconds, (int, float)) else None
+
+
+def note_build_seconds(key: str, seconds: float, cache_dir=None) -> None:
+    """Keeps beside the engine of ``key`` (if cached) how long compiling it took: tune's
+    estimate of a build's time when the model loads from the cache."""
+    path = cache_root(cache_dir) / f"{key}{_INFO_SUFFIX}"
+    try:
+        info = json.loads(path.read_text())
+        write_atomically(path, json.dumps({**info, "build_s": seconds}).encode())
+    except (OSError, ValueError, OdlaError):
+        pass  # an estimate only
 
 
 def load(key: str, device: Device, cache_dir=None) -> Executable | None:
     """The engine stored under ``key``, or None (missing, or unusable and so removed)."""
     path = cache_root(cache_dir) / f"{key}{_SUFFIX}"
     if not path.is_dir():
+        if _outdated(key, cache_dir):
+            log.info("the tuning records for %s changed since this model's engine was cached; "
+                     "recompiling with them", device.target.name)
         return None
     try:
         info = json.loads(path.with_suffix(_INFO_SUFFIX).read_text())
@@ -212,7 +267,8 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     root = cache_root(cache_dir)
     path = root / f"{key}{_SUFFIX}"
     info = {"key": key, "model": description, "target": executable.device.target.name,
-            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": __version__}
+            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": __version__,
+            "untuned": _untuned_keys.get(key)}
     try:
         root.mkdir(parents=True, exist_ok=True)
         bundle.export(executable, None, path)  # written beside and renamed into place
@@ -229,6 +285,8 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
                     getattr(err, "message", err))
         _remove(path)
         return
+    for outdated in _outdated(key, cache_dir):  # built with the records before they changed
+        _remove(outdated)
     evict(limit_bytes(), cache_dir, keep=path)
 
 

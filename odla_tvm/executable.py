@@ -243,11 +243,12 @@ def compile_computation(computation: Computation, device: Device | None = None) 
 
 
 def compile_outputs(comp: Computation, device: Device, args: list[Value],
-                    outputs: list[Value], weight_files=None) -> Executable:
+                    outputs: list[Value], weight_files=None, cache_dir=None) -> Executable:
     """Compiles ``outputs`` of ``comp`` as a function of ``args`` and the variables; the
-    weights the compile lays out go to ``weight_files`` (a targets.WeightFiles) if given."""
+    weights the compile lays out go to ``weight_files`` (a targets.WeightFiles) if given; the
+    tuning records are those in ``cache_dir``, else in the computation's CACHE_DIR."""
     mod = comp.build_module(list(args), list(outputs))
-    cache_dir = cache_dir_of(comp)
+    cache_dir = cache_dir_of(comp, cache_dir)
     try:
         database = targets.find_database(device.target, cache_dir)
         module = targets.compile_module(mod, device.target, device.index, database,

@@ -9,37 +9,19 @@ $ODLA_TVM_CACHE_DIR, else the user's cache directory (~/.cache/odla-tvm).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from numbers import Real
 
 import targets
 
+from . import model_latency
 from .computation import Computation, _computation, cache_dir_of, destroy_computation
-from .device import Device, allocate_device, checked_device
+from .device import Device, default_target, target_spec
 from .types import DeviceName, OdlaError, Status, check_count
 
-
-def target_spec(target) -> targets.TargetSpec:
-    """A target from a Device, a target name (``odla-tvm info`` lists them), a target spec
-    file (a path ending in .json, written by ``odla-tvm info --target-spec``) or None: this CPU
-    as TVM alone compiles for it (INTEL_X86's host-cpu), the code tuning speeds up; DEFAULT
-    hands its convolutions and matmuls to oneDNN."""
-    if target is None:
-        return checked_device(allocate_device(device_name=DeviceName.INTEL_X86)).target
-    if isinstance(target, Device):
-        return checked_device(target).target
-    if isinstance(target, os.PathLike):
-        target = os.fspath(target)
-    if not isinstance(target, str):
-        raise OdlaError(
-            Status.INVALID_PARAM,
-            f"target is a {type(target).__name__}; expected a Device, a target name, a target "
-            "spec file or None",
-        )
-    try:
-        return targets.get_target(target)
-    except KeyError as err:
-        raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err.args[0])) from None
+log = logging.getLogger(__name__)
 
 
 def _budget(trials, minutes) -> None:
@@ -77,6 +59,13 @@ def _tracker(rpc_tracker, rpc_key):
     return tracker
 
 
+def _why_not_timed(comp: Computation, spec: targets.TargetSpec, tracker) -> str | None:
+    """Why tune cannot time the model here before and after (None: it can)."""
+    if tracker is not None or spec.remote or not spec.runs_here():
+        return f"{spec.name} is measured on other machines"
+    return model_latency.not_timed_reason(comp)
+
+
 def _model_label(model) -> str:
     """How the database's run log names the model."""
     if isinstance(model, Computation):
@@ -89,14 +78,15 @@ def _model_label(model) -> str:
 
 def tune(model, target=None, trials: int | None = None, minutes: float | None = None,
          cache_dir=None, progress: bool = True, keep_best: int | None = None,
-         rpc_tracker: str | None = None, rpc_key: str | None = None) -> targets.TuningReport:
+         rpc_tracker: str | None = None, rpc_key: str | None = None,
+         time_model: bool = True) -> targets.TuningReport:
     """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
     ``target`` (a Device, a target name, a target spec file of another machine's CPU, or None
-    for this CPU) and returns what the run did.
+    for the DEFAULT device's, what Session.from_onnx uses) and returns what the run did.
 
     ``trials``: candidates measured for the model's kernels, counting those earlier runs
     recorded (so an interrupted run given the same budget resumes where it stopped);
-    ``minutes``: a wall-clock limit for this run. Progress shows on a tqdm bar unless
+    ``minutes``: a wall-clock limit for the whole call. Progress shows on a tqdm bar unless
     ``progress`` is False. ``keep_best``: afterwards, keep only that many of the fastest
     records of each kernel in the target's database (to store or ship it: compiles use only
     the fastest; later runs still count the removed trials).
@@ -106,12 +96,19 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     tune a board (aarch64-linux) or another machine's CPU (llvm:MCPU:CORES, or its spec file). A
     server lost during the run is done without, and what it was measuring is measured again
     on the others; with no free server after targets.tuning.rpc.SERVER_WAIT_S, OdlaError
-    (TIMEOUT)."""
+    (TIMEOUT).
+
+    ``time_model``: where the target runs here, the model is built as a load of it would be
+    (an ONNX model through Session.from_onnx, its engine cache included) and timed before and
+    after the run, within ``minutes``; the report gives both latencies and the kernels that
+    come from records."""
+    started = time.monotonic()
     _budget(trials, minutes)
+    deadline = None if minutes is None else started + 60 * minutes
     if keep_best is not None:
         check_count(keep_best, 1, "keep_best")
     tracker = _tracker(rpc_tracker, rpc_key)
-    spec = target_spec(target)
+    spec = default_target() if target is None else target_spec(target)
     if isinstance(model, Computation):
         comp, imported = _computation(model), None
     else:
@@ -119,10 +116,21 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
 
         comp = imported = import_model(model)
     try:
-        mod = comp.build_module()
-        return targets.tune(mod, spec, trials=trials, minutes=minutes,
-                            cache_dir=cache_dir_of(comp, cache_dir), label=_model_label(model),
-                            progress=progress, keep_best=keep_best, tracker=tracker)
+        cache_dir = cache_dir_of(comp, cache_dir)
+        not_timed = _why_not_timed(comp, spec, tracker) if time_model else None
+        timing = model_latency.BeforeAndAfter(
+            model, comp, Device(DeviceName.DEFAULT, 0, spec), cache_dir, deadline) \
+            if time_model and not_timed is None else None
+        report = targets.tune(
+            comp.build_module(), spec, trials=trials,
+            minutes=None if deadline is None else (deadline - time.monotonic()) / 60,
+            cache_dir=cache_dir, label=_model_label(model), progress=progress,
+            keep_best=keep_best, tracker=tracker,
+            reserve_s=0.0 if timing is None else timing.reserve_s)
+        report.not_timed = not_timed
+        if timing is not None:
+            timing.add_to(report)
+        return report
     except targets.TuningUnavailable as err:
         raise OdlaError(Status.UNSUPPORTED_DEVICE_TYPE, str(err)) from None
     except targets.TrackerError as err:

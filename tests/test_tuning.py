@@ -123,7 +123,7 @@ def test_tune_measures_and_records_in_the_targets_database(tuned):
     meta = json.loads((report.directory / "target.json").read_text())
     assert meta["target_key"] == targets.host_cpu().key()
     assert meta["runs"][-1]["label"] == "conv_relu" and meta["runs"][-1]["trials"] == 3
-    assert "tuning conv_relu for host-cpu" in progress and "kernels done" in progress
+    assert "tuning conv_relu for host-cpu" in progress and "kernels with records" in progress
     assert "host-cpu" in report.summary() and "3 trials" in report.summary()
 
 
@@ -256,9 +256,9 @@ def test_a_rerun_resumes_from_the_records(tuned, tmp_path):
     model, cache, _, _ = tuned
     work = tmp_path / "cache"
     shutil.copytree(cache, work)
-    again = odla.tune(model, trials=3, cache_dir=work, progress=False)
+    again = odla.tune(model, "host-cpu", trials=3, cache_dir=work, progress=False)
     assert (again.trials_run, again.trials_recorded, again.stopped_by) == (0, 3, "done")
-    more = odla.tune(model, trials=4, cache_dir=work, progress=False)
+    more = odla.tune(model, "host-cpu", trials=4, cache_dir=work, progress=False)
     assert (more.trials_run, more.trials_recorded, more.stopped_by) == (1, 4, "trials")
 
 
@@ -290,7 +290,7 @@ def test_records_timed_against_other_default_schedules_wait_for_a_rerun(tuned, t
     del meta["default_schedule_digests"]
     meta_file.write_text(json.dumps(meta))
     assert compiled(model, work).module.tuned_kernels == []
-    again = odla.tune(model, trials=3, cache_dir=work, progress=False)
+    again = odla.tune(model, "host-cpu", trials=3, cache_dir=work, progress=False)
     assert (again.trials_run, again.stopped_by) == (0, "done")
     assert database.metadata()["default_schedule_digests"] == digests
     retimed = database.default_seconds()
@@ -309,18 +309,18 @@ def test_keep_best_keeps_each_kernels_fastest_records_and_the_trial_counts(tuned
     work = tmp_path / "cache"
     shutil.copytree(cache, work)
     database = targets.TuningDatabase(targets.host_cpu(), work)
-    more = odla.tune(model, trials=6, cache_dir=work, progress=False)
+    more = odla.tune(model, "host-cpu", trials=6, cache_dir=work, progress=False)
     assert more.trials_run == 3 and more.records_removed == 0
     before = database.measurements()
     assert sorted(count for count, _ in before.values()) == [2, 2, 2]
-    again = odla.tune(model, trials=6, cache_dir=work, progress=False, keep_best=1)
+    again = odla.tune(model, "host-cpu", trials=6, cache_dir=work, progress=False, keep_best=1)
     assert again.trials_run == 0 and again.records_removed == 3
     assert "3 slower records removed" in again.summary()
     records = (database.directory / "database_tuning_record.json").read_text().splitlines()
     assert len(records) == 3
     # The fastest record of each kernel stays, and the trials removed still count.
     assert database.measurements() == before
-    assert odla.tune(model, trials=6, cache_dir=work, progress=False).stopped_by == "done"
+    assert odla.tune(model, "host-cpu", trials=6, cache_dir=work, progress=False).stopped_by == "done"
     default_seconds(work, 1.0)  # the runs' run-offs timed the real ones
     assert compiled(model, work).module.tuned_kernels == TUNED
 
@@ -328,29 +328,30 @@ def test_keep_best_keeps_each_kernels_fastest_records_and_the_trial_counts(tuned
 def test_a_time_budget_ends_the_run_after_recording_its_batch():
     class Task:
         weight = 2
-        is_terminated = False
-
-    class Scheduler:
-        tasks_ = [Task(), Task()]
 
     class Result:
         error_msg, run_secs = None, [0.002, 0.004]
 
-    progress = Progress(Scheduler.tasks_, [0.005, 0.0005], None, time.monotonic() - 1,
-                         "tuning", False)
+    progress = Progress([Task(), Task()], [0.005, 0.0005], [False, False], None,
+                        time.monotonic() - 1, "tuning", False)
     with pytest.raises(OutOfTime):
-        progress.update(Scheduler(), 0, [Result()])
+        progress.update(0, [Result()])
     assert progress.out_of_time
     assert progress.trials == 1 and progress.best == [0.003, 0.0005]
+    assert progress.recorded == [True, False]
     progress.close()
 
 
 def test_a_time_budget_stops_both_tuning_phases(tmp_path):
     # One run whose minutes end in the first phase (every kernel in turn), one in the second
     # (MetaSchedule's gradient scheduler, which fails if a task it returns was ended).
+    # The kernels' default schedules are timed first (a run's time goes there before its first
+    # trial), and the model is not: the minutes go to the search.
     model = conv_relu_onnx(tmp_path / "m.onnx")
-    for minutes in (0.05, 0.3):
-        report = odla.tune(model, minutes=minutes, cache_dir=tmp_path, progress=False)
+    odla.tune(model, "host-cpu", trials=1, cache_dir=tmp_path, progress=False, time_model=False)
+    for minutes in (0.15, 0.3):
+        report = odla.tune(model, "host-cpu", minutes=minutes, cache_dir=tmp_path, progress=False,
+                           time_model=False)
         assert report.stopped_by == "minutes" and report.trials_run > 0
 
 
@@ -379,7 +380,9 @@ def test_tune_refuses_bad_input(tmp_path):
     with pytest.raises(odla.OdlaError) as err:
         odla.tune(model, "aarch64-linux", trials=2, cache_dir=tmp_path)
     assert err.value.status == Status.UNSUPPORTED_DEVICE_TYPE
-    assert "cannot run on this machine" in str(err.value)
+    # What is wrong, and what to do: measure on the board through an RPC tracker.
+    assert "aarch64-linux runs on aarch64, and this machine is x86_64" in str(err.value)
+    assert "odla-tvm rpc-server" in str(err.value) and "--rpc-tracker" in str(err.value)
     with pytest.raises(odla.OdlaError) as err:
         odla.tune(tmp_path / "missing.onnx", trials=2)
     assert err.value.status == Status.FILE_NOT_EXIST
@@ -460,7 +463,7 @@ def test_a_transformer_block_gets_its_tasks_and_records_like_a_cnn(tmp_path):
     # BERT's work on the pure-TVM build: batched matmuls, softmax, layer norm, GELU; one trial
     # for each of its kernels, and a compile applies every record.
     model = transformer_block_onnx(tmp_path / "block.onnx")
-    report = odla.tune(model, trials=10, cache_dir=tmp_path, progress=False)
+    report = odla.tune(model, "host-cpu", trials=10, cache_dir=tmp_path, progress=False)
     assert (report.tasks, report.trials_run) == (10, 10)
     default_seconds(tmp_path, 1.0)  # where records beat the default schedules, they apply
     exe = compiled(model, tmp_path)
@@ -499,7 +502,7 @@ def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(
     recorded at 1 ns) but slower beside its default no longer applies after the next run,
     which runs it off (and runs nothing else)."""
     model = matmul_onnx(tmp_path / "matmul.onnx")
-    odla.tune(model, trials=1, cache_dir=tmp_path, progress=False)
+    odla.tune(model, "host-cpu", trials=1, cache_dir=tmp_path, progress=False)
     database = targets.TuningDatabase(targets.host_cpu(), tmp_path)
     run_offs = database.metadata()["run_offs"]
     (kernel,) = [h for h, s in database.default_seconds().items()
@@ -516,7 +519,7 @@ def test_a_best_record_runs_off_against_its_default_and_applies_only_if_it_wins(
     records.write_text("\n".join(lines) + "\n")
     assert database.measurements()[kernel][1] == 1e-9
     assert kernel not in database.outclassed()  # applied as it stands
-    again = odla.tune(model, trials=1, cache_dir=tmp_path, progress=False)
+    again = odla.tune(model, "host-cpu", trials=1, cache_dir=tmp_path, progress=False)
     assert again.trials_run == 0
     run_off = database.metadata()["run_offs"][kernel]
     assert run_off["recorded"] == 1e-9 and not run_off["won"]

@@ -1,6 +1,7 @@
 """The compile pipeline, one job a module: pipeline (compile_module and its passes in order),
-constant_folding, kernel_recorder (which bindings each kernel computes), codegen (the machine
-code, on every core), built (a module compiled in memory, run and exported).
+constant_folding, custom_rules (schedule-rule annotations no rule serves, dropped),
+kernel_recorder (which bindings each kernel computes), codegen (the machine code, on every
+core), built (a module compiled in memory, run and exported).
 
 Importing it loads TVM's compiler (toolchain.load_compiler)."""
 

@@ -26,6 +26,7 @@ from ..specs import TargetSpec
 from ..weights import WeightFiles, lift_weights
 from . import codegen
 from .constant_folding import fold_constants, fold_kernel_calls
+from .custom_rules import unknown_schedule_rules_dropped
 from .kernel_recorder import KernelRecorder, kernel_calls, kernel_names
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,12 @@ def _kernel_passes(spec: TargetSpec, weight_files: WeightFiles | None = None) ->
     """Ops to fused kernels: the form tuning takes its tasks from and records apply to. Where
     the target prepacks weights, each kernel's constant operands are marked layout-free, so a
     schedule may read them in another layout (MetaSchedule's RewriteLayout). The weights
-    folded with NumPy go to ``weight_files`` where given."""
+    folded with NumPy go to ``weight_files`` where given. Schedule-rule annotations that no
+    rule of the target serves are dropped (custom_rules)."""
     return [constant_layouts_folded(weight_files), relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             fold_constants, relax.transform.FuseOps(), relax.transform.FuseTIR(),
+            unknown_schedule_rules_dropped,
             *([_layout_free_constants] if spec.prepack_weights else [])]
 
 

@@ -18,6 +18,9 @@ log = logging.getLogger("targets.tuning.database")
 _TARGET_FILE = "target.json"
 _WORKLOADS = "database_workload.json"
 _RECORDS = "database_tuning_record.json"
+# What the target file says that decides which records a compile applies (see state).
+_APPLYING = ("target_key", "tvm_version", "models", "default_schedules",
+             "default_schedule_digests", "run_offs")
 
 
 class RecordsDirectory:
@@ -51,6 +54,18 @@ class RecordsDirectory:
             return (f"TVM {meta.get('tvm_version', 'unknown')} made them; this is TVM "
                     f"{tvm_version()}")
         return None
+
+    def state(self) -> str:
+        """What decides the code a compile makes with these records: the record tables (their
+        sizes and modification times) and what the target file says of which records apply
+        and to which models, not its log of runs (so that a run that measured nothing new
+        leaves it as it was)."""
+        tables = [self.directory / _WORKLOADS, self.directory / _RECORDS]
+        meta = self.metadata()
+        applying = {key: meta.get(key) for key in _APPLYING}
+        return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in tables
+                        if p.exists()) + ";" + hashlib.sha256(
+            json.dumps(applying, sort_keys=True).encode()).hexdigest()
 
 
 _warned: set[str] = set()

@@ -5,53 +5,74 @@ was faster in each."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tqdm
 import tvm
 
-from ..specs import TargetSpec
+from ..specs import TargetSpec, cpu_count
 from .database import TuningDatabase, default_scheduled_copy, run_seconds
 
 RUN_OFF_ROUNDS = 5  # a run-off measures each of its two schedules this many times, in turns,
 RUN_OFF_REPEATS = 10  # each time this many runs
+DEFAULTS_AT_ONCE = 2  # default schedules built at once, per core
 
 
 def time_default_schedules(tasks: list, hashes: list[str], untimed: dict[str, str],
                            spec: TargetSpec, database: TuningDatabase, builder, runner,
-                           progress: bool) -> None:
+                           progress: bool, deadline: float | None = None) -> None:
     """Measures the kernels of ``untimed`` (hash -> digest of its default schedule) as the
     target's default schedules make them (what a compile gives a kernel where no record is
     faster), with the builder and runner that measure the candidates, and keeps the seconds
     and digests in ``database``: a record applies only where it beats them
-    (TuningDatabase.records). A kernel whose default fails to build or run gets None."""
+    (TuningDatabase.records). A kernel whose default fails to build or run gets None; those
+    left when time.monotonic() passes ``deadline`` stay untimed (the next run times them)."""
     from tvm.s_tir import meta_schedule as ms
 
     todo = [(task, h) for task, h in zip(tasks, hashes) if h in untimed]
-    if not todo:
+    if not todo or past(deadline):
         return
     target = spec.tvm_target()
-    kernels = [default_scheduled_copy(task.dispatched[0], spec) for task, _h in todo]
-    seconds = dict.fromkeys((h for _task, h in todo), None)
-    with tqdm.tqdm(total=len(todo), desc="building the default schedules", unit="kernel",
+    seconds: dict[str, float | None] = {}
+    with tqdm.tqdm(total=len(todo), desc="timing the default schedules", unit="kernel",
                    disable=not progress) as bar:
-        built = builder.build([ms.builder.BuilderInput(k, target) for k in kernels])
-        bar.set_description("timing the default schedules")
-        # One at a time: LocalRunner measures every input it is given before it returns.
-        for (_task, h), kernel, b in zip(todo, kernels, built):
-            if b.error_msg is None:
-                [future] = runner.run([ms.runner.RunnerInput(
-                    b.artifact_path, spec.device_kind,
-                    ms.arg_info.ArgInfo.from_entry_func(kernel, remove_preproc=True))])
-                result = future.result()
-                ms.utils.remove_build_dir(b.artifact_path)
-                if result.error_msg is None and result.run_secs:
-                    seconds[h] = run_seconds([float(s) for s in result.run_secs])
-            bar.update()
-    database.add_default_seconds(seconds, {h: untimed[h] for h in seconds})
+        # A few at a time, so that the deadline is seen between them.
+        for start in range(0, len(todo), DEFAULTS_AT_ONCE * cpu_count()):
+            if past(deadline):
+                break
+            part = todo[start:start + DEFAULTS_AT_ONCE * cpu_count()]
+            kernels = [default_scheduled_copy(task.dispatched[0], spec) for task, _h in part]
+            built = builder.build([ms.builder.BuilderInput(k, target) for k in kernels])
+            # One at a time: LocalRunner measures every input it is given before it returns.
+            for (_task, h), kernel, b in zip(part, kernels, built):
+                if not past(deadline):
+                    seconds[h] = None if b.error_msg is not None else _default_run(
+                        b.artifact_path, kernel, spec, runner)
+                if b.error_msg is None:
+                    ms.utils.remove_build_dir(b.artifact_path)
+                bar.update()
+    if seconds:
+        database.add_default_seconds(seconds, {h: untimed[h] for h in seconds})
+
+
+def _default_run(artifact_path: str, kernel: tvm.IRModule, spec: TargetSpec,
+                 runner) -> float | None:
+    """The seconds of a built kernel's run (None: it failed)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    [future] = runner.run([ms.runner.RunnerInput(
+        artifact_path, spec.device_kind,
+        ms.arg_info.ArgInfo.from_entry_func(kernel, remove_preproc=True))])
+    result = future.result()
+    if result.error_msg is None and result.run_secs:
+        return run_seconds([float(s) for s in result.run_secs])
+    return None
 
 
 def run_off(tasks: list, hashes: list[str], spec: TargetSpec, database: TuningDatabase,
-            ms_database, builder, runner, progress: bool) -> None:
+            ms_database, builder, runner, progress: bool,
+            deadline: float | None = None) -> None:
     """Measures each kernel's best record and its default schedule again, side by side, as
     a model runs them: RUN_OFF_ROUNDS rounds, each schedule once a round, in turns, with
     ``runner`` flushing the caches of all but the first argument (the weights, the output)
@@ -61,7 +82,8 @@ def run_off(tasks: list, hashes: list[str], spec: TargetSpec, database: TuningDa
     candidate many times in a row with its weights in the caches, and apart from the default,
     across the machine's slow spells; in a model a kernel's weights come from memory, so a
     record could win there and lose in the model. Kernels that ran off already (and have
-    found no faster record since) are not measured again, nor those under RUN_OFF_MIN_S."""
+    found no faster record since) are not measured again, nor those under RUN_OFF_MIN_S; nor,
+    once time.monotonic() passes ``deadline``, those left (the next run runs them off)."""
     from tvm.s_tir import meta_schedule as ms
 
     unraced = set(database.unraced(hashes))
@@ -82,7 +104,7 @@ def run_off(tasks: list, hashes: list[str], spec: TargetSpec, database: TuningDa
         built = builder.build([ms.builder.BuilderInput(kernel, target)
                                for pair in pairs for kernel in pair])
         for (_task, h), pair, both in zip(todo, pairs, zip(built[::2], built[1::2])):
-            if all(b.error_msg is None for b in both):
+            if not past(deadline) and all(b.error_msg is None for b in both):
                 times: list[list[list[float]]] = [[], []]  # per schedule, per round
                 for _round in range(RUN_OFF_ROUNDS):
                     for kernel, b, rounds in zip(pair, both, times):
@@ -104,3 +126,8 @@ def run_off(tasks: list, hashes: list[str], spec: TargetSpec, database: TuningDa
                     ms.utils.remove_build_dir(b.artifact_path)
             bar.update()
     database.add_run_offs(results)
+
+
+def past(deadline: float | None) -> bool:
+    """Whether time.monotonic() has passed ``deadline`` (None: no deadline)."""
+    return deadline is not None and time.monotonic() >= deadline

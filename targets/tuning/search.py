@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import logging
 import time
 from pathlib import Path
@@ -24,11 +25,18 @@ from . import rpc
 from .builder import KeptPoolBuilder, build_candidate, export_shared
 from .database import TuningDatabase
 from .progress import Progress
-from .run_off import RUN_OFF_REPEATS, run_off, time_default_schedules
+from .run_off import RUN_OFF_REPEATS, past, run_off, time_default_schedules
 
 log = logging.getLogger(__name__)
 
 FIRST_TRIALS = 16  # what every kernel gets first: enough for a parallel, vectorized schedule
+# What MetaSchedule imports to tune (in odla-tvm's install): its process pools' and its cost
+# model's (tuning goes on without the cost model, choosing candidates at random).
+POOL_MODULES = {"psutil": "psutil==7.2.2", "cloudpickle": "cloudpickle==3.1.3"}
+COST_MODEL_PACKAGE = "xgboost-cpu==3.2.0"
+# Of a run's time limit, the share its last step, the run-off, may take (it stops between
+# kernels when the limit is reached; the kernels left run off in the next run).
+RUN_OFF_SHARE = 0.2
 
 
 class TuningUnavailable(RuntimeError):
@@ -54,6 +62,12 @@ class TuningReport:
     # measurements repeated because the server measuring them was lost.
     measured_on: dict[str, int] = dataclasses.field(default_factory=dict)
     measured_again: int = 0
+    # Where the caller compiled and timed the model here before and after the run.
+    latency_before_s: float | None = None
+    latency_after_s: float | None = None
+    kernels: int = 0  # kernels the model's build runs
+    tuned_kernels: list[str] = dataclasses.field(default_factory=list)  # of those, from records
+    not_timed: str | None = None  # why the model was not timed
 
     def summary(self) -> str:
         latency = ("no kernel measured yet" if self.estimated_latency_s is None
@@ -69,42 +83,69 @@ class TuningReport:
                        + ", ".join(f"{s}: {n}" for s, n in sorted(self.measured_on.items())) + ")"
                        + (f", {self.measured_again} measured again after losing their server"
                           if self.measured_again else ""))
+        if not self.tasks:
+            return (f"nothing to tune for {self.target}: its vendor plugins run the whole "
+                    f"model, or its kernels come scheduled; database {self.directory}"
+                    f"{self._latency()}")
+        if self.stopped_by == "minutes" and not self.trials_run:
+            latency += ("; the time limit ran out before the first trial (building and timing "
+                        "the model, and timing each kernel's default schedule, come first): "
+                        "give more minutes")
         return (f"tuned {self.tasks} kernels for {self.target}: {self.trials_run} trials in "
                 f"{self.seconds / 60:.1f} min ({self.trials_recorded} recorded in all; stopped by "
                 f"{self.stopped_by}); {latency}{kept}; database {self.directory}{removed}"
-                f"{servers}")
+                f"{servers}{self._latency()}")
+
+    def _latency(self) -> str:
+        if self.not_timed is not None:
+            return f"; the model was not timed: {self.not_timed}"
+        if self.latency_before_s is None or self.latency_after_s is None:
+            return ""
+        shown = ", ".join(self.tuned_kernels[:6]) + (
+            f" and {len(self.tuned_kernels) - 6} more" if len(self.tuned_kernels) > 6 else "")
+        kernels = (f"; {len(self.tuned_kernels)} of its {self.kernels} TVM kernels now come "
+                   f"from records" + (f" ({shown})" if shown else "")) if self.kernels else ""
+        return (f"\nmodel latency here: {self.latency_before_s * 1e3:.3f} ms before, "
+                f"{self.latency_after_s * 1e3:.3f} ms after tuning{kernels}")
 
 
 def tune(mod: tvm.IRModule, spec: TargetSpec, *, trials: int | None = None,
          minutes: float | None = None, cache_dir=None, label: str = "model",
          progress: bool = True, keep_best: int | None = None,
-         tracker: rpc.Tracker | None = None) -> TuningReport:
+         tracker: rpc.Tracker | None = None, reserve_s: float = 0.0) -> TuningReport:
     """Tunes the kernels of ``mod`` for ``spec`` with MetaSchedule, measuring on this machine
     or on the RPC servers registered with ``tracker`` under its key (every one free when the
     run starts, at once), and adds the records to the target's database, with each kernel's
     time under the default schedules (measured once, first). ``trials``: candidates measured
     for the model's kernels in all runs together (what earlier runs recorded counts);
-    ``minutes``: the wall-clock limit of this run, checked after each batch. ``label`` names
+    ``minutes``: the wall-clock limit of this run, checked after each batch and between the
+    kernels of its other steps, less ``reserve_s`` (kept for the caller's own steps after
+    it: compiling the tuned model, say). ``label`` names
     the model in the database's run log. ``keep_best``: afterwards, keep only that many of the
     fastest records of each kernel in the database (TuningDatabase.keep_best).
     rpc.TrackerError when the tracker cannot be reached or has no free server under the key
     (after rpc.SERVER_WAIT_S), or every server is lost during the run."""
-    report = _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker)
+    deadline = None if minutes is None else time.monotonic() + minutes * 60 - reserve_s
+    report = _tune(mod, spec, trials, deadline, cache_dir, label, progress, tracker)
     if keep_best is not None:
         report.records_removed = TuningDatabase(spec, cache_dir).keep_best(keep_best)
     return report
 
 
-def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> TuningReport:
+def _tune(mod, spec, trials, deadline, cache_dir, label, progress, tracker) -> TuningReport:
     from tvm.s_tir import meta_schedule as ms
 
     if tracker is None and (spec.remote or not spec.runs_here()):
-        where = ("is another machine's CPU" if spec.remote else
-                 f"code cannot run on this machine ({spec.arch}, {spec.device_kind})")
         raise TuningUnavailable(
-            f"tuning measures candidates on the device, and {spec.name} {where}; tune on a "
-            f"machine of that kind, or through an RPC tracker with servers on such machines "
-            f"(rpc_tracker and rpc_key; odla-tvm tune --rpc-tracker HOST:PORT --rpc-key KEY)")
+            f"tuning times each candidate on the machine it is for, and {spec.name} "
+            f"{_elsewhere(spec)}; measure there through a TVM RPC tracker: start "
+            "odla_rpc_server on it (odla-tvm rpc-server prints how) and give rpc_tracker and "
+            "rpc_key (odla-tvm tune --rpc-tracker HOST:PORT --rpc-key KEY), or tune on such a "
+            "machine")
+    missing = [pin for module, pin in POOL_MODULES.items() if not _installed(module)]
+    if missing:
+        raise TuningUnavailable(f"tuning needs {', '.join(missing)}, which odla-tvm's install "
+                                f"brings: pip install {' '.join(missing)}")
     started = time.monotonic()
     fleet = None
     if tracker is not None:
@@ -131,6 +172,9 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
                                         hashes)
     if not tasks or (budget <= 0 and not untimed and not database.unraced(hashes)):
         return _report(spec, database, tasks, hashes, 0, started, "done", fleet)
+    # The search leaves the run-off its share of the time left.
+    search_deadline = None if deadline is None else \
+        deadline - RUN_OFF_SHARE * max(0.0, deadline - time.monotonic())
     # Every kernel first gets FIRST_TRIALS, in turn: a kernel left unscheduled runs on one
     # core, unvectorized. Then the kernels doing most of the arithmetic share the rest, each
     # batch going where the model's time has been falling fastest (MetaSchedule's gradient
@@ -149,22 +193,22 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
         runner = rpc.TrackerRunner(fleet) if remote else ms.runner.LocalRunner(timeout_sec=60)
         try:
             time_default_schedules(tasks, hashes, untimed, spec, database, builder, runner,
-                                   progress)
+                                   progress, search_deadline)
             progress_bar = Progress(
-                tasks, database.compiled_seconds(hashes),
-                max(budget, 0) if trials is not None else None,
-                started + minutes * 60 if minutes is not None else None,
-                f"tuning {label} for {spec.name}", progress and budget > 0, fleet)
+                tasks, database.compiled_seconds(hashes), [count > 0 for count in counts],
+                max(budget, 0) if trials is not None else None, search_deadline,
+                f"tuning {label} for {spec.name}",
+                progress and budget > 0 and not past(search_deadline), fleet)
             try:
                 for indices, per_task, scheduler in phases:
                     left = budget - progress_bar.trials
                     if per_task is not None:
                         left = min(left, sum(per_task - counts[i] for i in indices))
-                    if not indices or left <= 0 or progress_bar.out_of_time:
+                    if not indices or left <= 0 or progress_bar.time_is_up():
                         continue
                     progress_bar.phase(indices)
                     _tune_tasks([tasks[i] for i in indices], left, per_task, scheduler,
-                                minutes is not None, database, ms_database, progress_bar,
+                                deadline is not None, database, ms_database, progress_bar,
                                 builder, runner)
             finally:
                 progress_bar.close()
@@ -174,7 +218,8 @@ def _tune(mod, spec, trials, minutes, cache_dir, label, progress, tracker) -> Tu
             racer = (rpc.TrackerRunner(fleet, flushing) if remote else
                      ms.runner.LocalRunner(timeout_sec=60, evaluator_config=flushing))
             try:
-                run_off(tasks, hashes, spec, database, ms_database, builder, racer, progress)
+                run_off(tasks, hashes, spec, database, ms_database, builder, racer, progress,
+                        deadline)
             finally:
                 if remote:
                     racer.shutdown()
@@ -219,6 +264,7 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
                 tasks=contexts, task_weights=weights, work_dir=str(database.directory),
                 max_trials_global=budget, max_trials_per_task=per_task or budget,
                 num_trials_per_iter=per_batch, builder=builder, runner=runner,
+                cost_model=_cost_model(),
                 database=ms_database, measure_callbacks=[
                     *ms.MeasureCallback.create("default"), progress_bar.callback()],
                 task_scheduler=scheduler)
@@ -227,6 +273,35 @@ def _tune_tasks(tasks: list, budget: int, per_task: int | None, scheduler: str, 
             raise runner.fleet.error from None
         if not progress_bar.out_of_time:
             raise
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@functools.cache
+def _cost_model() -> str:
+    """MetaSchedule's XGBoost cost model, or where xgboost is missing (saying so, once), its
+    random one."""
+    if _installed("xgboost"):
+        return "xgb"
+    log.warning("xgboost is not installed: candidates are chosen at random, not by XGBoost's "
+                "cost model; pip install %s adds it", COST_MODEL_PACKAGE)
+    return "random"
+
+
+def _elsewhere(spec: TargetSpec) -> str:
+    """Why ``spec``'s code cannot be timed on this machine."""
+    import platform
+
+    if spec.remote:
+        return "is another machine's CPU"
+    if spec.arch != platform.machine():
+        return f"runs on {spec.arch}, and this machine is {platform.machine()}"
+    if spec.device_kind == "cpu":
+        return ("needs CPU features this machine lacks "
+                f"({', '.join(spec.cpu_flags)})")
+    return f"runs on a {spec.device_kind} device, and this machine has none"
 
 
 def _task_hash(task) -> str:
@@ -277,12 +352,14 @@ def _report(spec, database, tasks, hashes, trials_run, started, stopped_by,
 
 @contextlib.contextmanager
 def _quiet_meta_schedule():
-    """MetaSchedule prints every task table to the console; keep warnings there (its full
-    logs still go to the database's logs/ directory). Its logging set-up also fails on a
-    handler without a name (pytest's log capture adds some), so those step aside meanwhile."""
+    """MetaSchedule prints every task table to the console: keep its warnings there, and its
+    information too where this module's logger shows debug messages (odla-tvm tune
+    --verbose); its full logs still go to the database's logs/ directory. Its logging set-up
+    also fails on a handler without a name (pytest's log capture adds some), so those step
+    aside meanwhile."""
     logger = logging.getLogger("tvm.s_tir.meta_schedule")
     level, unnamed = logger.level, [h for h in logger.handlers if h.get_name() is None]
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(logging.INFO if log.isEnabledFor(logging.DEBUG) else logging.WARNING)
     for handler in unnamed:
         logger.removeHandler(handler)
     try:
