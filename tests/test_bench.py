@@ -47,8 +47,9 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
         assert ran.error == "" and ran.seconds > 0 and ran.runs >= 3, (path, ran)
         assert ran.load_s > 0 and ran.peak_rss_mb > 0, (path, ran)
     # The pure-TVM build, as quick as the others here, took the turns with them (a turn runs
-    # for 0.25 s: thousands of runs; timed alone it gets ``runs``).
-    assert result.paths["tvm"].runs > 100 and result.paths["default"].runs > 100
+    # for 0.25 s: thousands of runs on an idle machine, 66 seen on a busy one; timed alone it
+    # gets ``runs``, 3).
+    assert result.paths["tvm"].runs > 10 and result.paths["default"].runs > 10
     # The checks' time comes from profiled runs of the ODLA paths; an MLP has none.
     assert result.paths["default"].checks_s == result.paths["tvm"].checks_s == 0
     assert result.paths["onnxruntime"].checks_s is None
