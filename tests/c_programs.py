@@ -34,6 +34,18 @@ def run_program(program: Path, *args, env=None, timeout=300) -> subprocess.Compl
                           env=environment, timeout=timeout)
 
 
+def printed_values(tmp_path: Path, source: str) -> tuple[dict[str, list[str]], str]:
+    """Builds and runs the C++17 program ``source`` of tests/c_api/ (warnings as errors); its
+    "<id> values..." lines by id, and all it printed (for messages)."""
+    libodla.build()
+    program = compile_program(tmp_path / Path(source).stem, [SOURCES / source],
+                              flags=["-std=c++17", "-Wall", "-Wextra", "-Werror"])
+    done = run_program(program)
+    printed = done.stdout + done.stderr
+    assert done.returncode == 0, printed
+    return {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}, printed
+
+
 def c_arrays(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     """A C file defining each array as ``const <type> name[]``, as HALO's weights object does."""
     c_types = {np.float32: "float", np.int64: "long long", np.int32: "int"}

@@ -7,23 +7,14 @@
 // built, run once by ids and printed as "<id> values..." for tests/test_c_api_halo.py.
 #include <ODLA/odla.h>
 
+#include "odla_test_types.h"
+
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
 
-#define ID(text) ((odla_value_id)(text))
-
 namespace {
-
-odla_value_type Type(odla_element_type element, std::initializer_list<odla_int64> dims) {
-  odla_value_type type{};
-  type.element_type = element;
-  type.shape.size = static_cast<odla_int32>(dims.size());
-  int i = 0;
-  for (odla_int64 d : dims) type.shape.dims[i++] = d;
-  return type;
-}
 
 // Stands for a caller's uninitialized struct, deterministically.
 template <typename T>

@@ -6,6 +6,8 @@
 // "<id> values..." lines that tests/test_c_api_ops.py checks against NumPy.
 #include <ODLA/odla.h>
 
+#include "odla_test_types.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -13,18 +15,7 @@
 #include <initializer_list>
 #include <thread>
 
-#define ID(text) ((odla_value_id)(text))
-
 namespace {
-
-odla_value_type Type(odla_element_type element, std::initializer_list<odla_int64> dims) {
-  odla_value_type type{};
-  type.element_type = element;
-  type.shape.size = static_cast<odla_int32>(dims.size());
-  int i = 0;
-  for (odla_int64 d : dims) type.shape.dims[i++] = d;
-  return type;
-}
 
 template <typename T>
 void Print(const char* name, const T* data, int count) {
