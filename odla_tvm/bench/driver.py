@@ -4,9 +4,10 @@ Paths: ``default``, odla-tvm's DEFAULT device, loaded as a user's first Session.
 loads it; ``tvm``, the INTEL_X86 device (TVM's build alone), loaded alike; ``onnxruntime``,
 the reference for outputs and ratios; ``openvino`` where installed (the ``bench`` extra);
 ``tuned``, INTEL_X86 with the host-cpu tuning records where some apply; ``cached``, DEFAULT
-again in a new process, loading the engine ``default`` kept. Only ``tuned`` sees tuning
-records; every path gets the same inputs and threads, and they are timed in turns
-(timing.latency_in_turns) so that drift in the machine's load reaches each alike.
+again in a new process that imports odla_tvm alone and loads the engine ``default`` kept (what
+a served process does). Only ``tuned`` sees tuning records; every path gets the same inputs
+and threads, and they are timed in turns (timing.latency_in_turns) so that drift in the
+machine's load reaches each alike.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .timing import latency_alone, latency_in_turns
 
 log = logging.getLogger(__name__)
 
-IN_TURNS = PATHS  # cached only loads
+IN_TURNS = PATHS
 # A pure-TVM first run slower than this is timed alone, before the turns (a turn lasts at least
 # one run, and such a model timed alone measured faster than in turns).
 IN_TURNS_MAX_S = 2.0
@@ -77,7 +78,9 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
         ready = process.ready
         result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
                                         error=process.error,
-                                        compiler_mapped=ready.get("compiler_mapped"))
+                                        compiler_mapped=ready.get("compiler_mapped"),
+                                        import_s=ready.get("import_s"),
+                                        first_s=ready.get("first_s"))
         if process.error:
             stop(path)
             return None
@@ -101,7 +104,8 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
                 result.paths["tvm"].seconds, result.paths["tvm"].runs = latency
                 result.paths["tvm"].checks_s = tvm.checks(1)
                 stop("tvm")
-            start("default", engines)  # keeps its engine there, as a first load does
+            if start("default", engines) is not None:  # keeps its engine, as a first load does
+                start("cached", engines)  # reads it; timed in the turns beside default
             missing = openvino_missing()
             if missing:
                 result.paths["openvino"] = PathResult(error=missing)
@@ -116,14 +120,6 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
             for path in ("default", "tvm"):
                 if path in processes:
                     result.paths[path].checks_s = processes[path].checks(runs)
-            for path in list(processes):
-                stop(path)
-            if "default" in result.paths and not result.paths["default"].error:
-                cached = start("cached", engines)  # reads what default kept
-                if cached is not None:
-                    latency = latency_alone(cached, cached.ready["first_s"], runs)
-                    result.paths["cached"].seconds, result.paths["cached"].runs = latency
-                    stop("cached")
         finally:
             for path in list(processes):
                 stop(path)

@@ -13,6 +13,7 @@ import targets
 
 from ..device import _cpu_model
 from ..version import __version__
+from .cached_section import cached_section
 from .driver import BENCH_EXTRA, IN_TURNS, IN_TURNS_MAX_S
 from .models import TARGET_MODELS
 from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, PathResult, ms
@@ -20,7 +21,6 @@ from .timing import ALONE_BUDGET_S, SLOW_RUN_S
 
 # The report's first line: how `odla-tvm bench` knows a file it may replace.
 TITLE = "# Performance: ODLA-TVM against onnxruntime and OpenVINO"
-CACHED_GOAL_S = 2.0  # a second load of a model, from the engine cache, at most
 COMPARED = ("default", "tvm", "openvino")  # ratios over onnxruntime, in the chart
 # Goals over onnxruntime: (geo-mean at most, no model above).
 GOALS = {"default": (1.0, 1.5), "tvm": (4.0, 10.0)}
@@ -78,7 +78,7 @@ def _machine_section(threads, seconds, load) -> list[str]:
          f"timed in the turns where its first run took at most {IN_TURNS_MAX_S:g} s, else alone "
          f"after a warm-up run: 5 runs, at least 3 once they take {ALONE_BUDGET_S:.0f} s, 1 "
          f"where the warm-up took over {SLOW_RUN_S:.0f} s. "
-         "*default*, *tvm*, onnxruntime, OpenVINO and *tuned* are timed in turns of about 0.25 s "
+         "*default*, *tvm*, onnxruntime, OpenVINO, *tuned* and *cached* are timed in turns of about 0.25 s "
          "(each after 0.1 s idle and 0.05 s of untimed runs) until each has at least 5 runs and "
          "3 s of them. Figures are medians; ratios are latency over onnxruntime's (under 1.0x: "
          f"faster). *Match*: outputs within rtol {MATCH_RTOL:g}, atol {MATCH_ATOL:g} of "
@@ -86,12 +86,7 @@ def _machine_section(threads, seconds, load) -> list[str]:
          "keep the engine in the engine cache, on by default, and run from the kept library "
          "and its memory-mapped weights, as a user's first Session.from_onnx does), session "
          "creation "
-         "(onnxruntime, OpenVINO). *Cached load*: a second Session.from_onnx of the model on the "
-         "DEFAULT device in a new process, reading the engine *default* kept in the engine "
-         f"cache, its import of odla_tvm included (goal: at most {CACHED_GOAL_S:g} s), and "
-         "whether its outputs match; then its runs, and its process's peak RSS beside "
-         "onnxruntime's whole process and whether it mapped TVM's compiler "
-         "(libtvm_compiler.so; a cached load runs on TVM's runtime alone). "
+         "(onnxruntime, OpenVINO); the cached path has a section of its own below. "
          "*Checks*: what a run spends in its run-time checks (indices, "
          "divisors, run-time shapes and sizes: their counting kernels and host calls), the "
          "median of profiled runs, and its share of the path's latency."),
@@ -104,15 +99,14 @@ def _table_section(results: list[ModelResult]) -> list[str]:
         ("| model | default ms | tvm ms | onnxruntime ms | openvino ms | default / ort "
          "| tvm / ort | openvino / ort | compile s (default / tvm / ort / ov) "
          "| peak RSS MB (default / tvm / ort / ov) | match (default / tvm / ov) "
-         "| cached load s (match) | cached peak RSS MB (ort) / compiler mapped "
          "| checks ms (default / tvm) | runs (turns / tvm) |"),
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
-        "| ---: | ---: | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+        "| ---: | ---: |",
     ]
     four = ("default", "tvm", "onnxruntime", "openvino")
     for r in results:
         if r.error:
-            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 14)
+            lines.append(f"| {r.name} | failed: {r.error.replace('|', '/')} |" + " |" * 12)
             continue
         path = r.paths.get
         turns = min((path(p).runs for p in IN_TURNS if p != "tvm" and path(p) and path(p).runs),
@@ -123,26 +117,9 @@ def _table_section(results: list[ModelResult]) -> list[str]:
             f"{_each([path(p) and path(p).load_s for p in four], '{:.1f}'.format)} | "
             f"{_each([path(p) and path(p).peak_rss_mb for p in four], '{:.0f}'.format)} | "
             f"{_each([path(p) and path(p).match for p in COMPARED], _yes_no)} | "
-            f"{_cached_load(path('cached'))} | "
-            f"{_cached_memory(path('cached'), path('onnxruntime'))} | "
             f"{_each([_check_share(r, p) for p in ('default', 'tvm')], str)} | "
             f"{_each([turns, path('tvm') and path('tvm').runs or None], str)} |")
     return lines + [""]
-
-
-def _cached_load(cached: PathResult | None) -> str:
-    if cached is None or cached.load_s is None:
-        return "-"
-    return f"{cached.load_s:.2f} ({_yes_no(cached.match)})"
-
-
-def _cached_memory(cached: PathResult | None, onnxruntime: PathResult | None) -> str:
-    """The cached load's peak RSS beside onnxruntime's whole process, and whether it mapped
-    TVM's compiler."""
-    if cached is None or cached.peak_rss_mb is None:
-        return "-"
-    ort = f"{onnxruntime.peak_rss_mb:.0f}" if onnxruntime and onnxruntime.peak_rss_mb else "-"
-    return f"{cached.peak_rss_mb:.0f} ({ort}) / {_yes_no(cached.compiler_mapped)}"
 
 
 def _check_share(result: ModelResult, path: str) -> str | None:
@@ -183,14 +160,6 @@ def _geo_mean_section(results: list[ModelResult]) -> list[str]:
         lines.append(f"| {path} | {len(ratios)} | {_x(geo_mean(ratios.values()))} | "
                      f"{_x(ratios[worst])} ({worst}) | {_goal_text(path)} | "
                      f"{_goal_met(path, ratios)} |")
-    cached = {r.name: r.paths["cached"].load_s for r in results
-              if "cached" in r.paths and r.paths["cached"].load_s is not None}
-    if cached:
-        slowest = max(cached, key=cached.get)
-        met = "met" if cached[slowest] <= CACHED_GOAL_S else "not met"
-        lines += ["", f"Cached load (DEFAULT, from the engine cache), over {len(cached)} models: "
-                  f"at most {cached[slowest]:.2f} s ({slowest}); goal at most "
-                  f"{CACHED_GOAL_S:g} s: {met}."]
     return lines + [""]
 
 
@@ -270,7 +239,8 @@ def report(results: list[ModelResult], overhead: dict[str, float], threads: int,
     ``chart``: the chart's file name beside the report (None: ``why_no_chart``)."""
     lines = (_machine_section(threads, seconds, load) + _table_section(results)
              + _notes_section(results) + _geo_mean_section(results)
-             + _chart_section(chart, why_no_chart) + _tuned_section(results, cache_dir)
+             + cached_section(results) + _chart_section(chart, why_no_chart)
+             + _tuned_section(results, cache_dir)
              + overhead_section(overhead))
     return "\n".join(lines) + "\n"
 

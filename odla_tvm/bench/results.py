@@ -6,15 +6,15 @@ import dataclasses
 
 # A path's outputs match where they lie this close to onnxruntime's.
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
-PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned")
+PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached")
 
 
 @dataclasses.dataclass
 class PathResult:
     """One model on one path. ``seconds``: the median of ``runs`` timed runs (None: it did not
-    run, ``error`` says why); ``load_s``: ONNX import and compile (ODLA paths) or session
-    creation (the cached path's: its import too, as a served process's start); ``match``: its
-    outputs against onnxruntime's."""
+    run, ``error`` says why); ``import_s``: importing the path's package; ``load_s``: ONNX
+    import and compile (ODLA paths), the engine cache's load (cached) or session creation;
+    ``first_s``: the first run; ``match``: its outputs against onnxruntime's."""
 
     seconds: float | None = None
     runs: int = 0
@@ -26,6 +26,12 @@ class PathResult:
     checks_s: float | None = None  # ODLA paths: a run's time in its run-time checks
     # ODLA paths: whether TVM's compiler (libtvm_compiler.so) was mapped after the first run.
     compiler_mapped: bool | None = None
+    import_s: float | None = None
+    first_s: float | None = None
+
+    def load_to_first_result_s(self) -> float | None:
+        """From the start of the load to the first run's outputs, the import apart."""
+        return None if self.load_s is None or self.first_s is None else self.load_s + self.first_s
 
 
 @dataclasses.dataclass
