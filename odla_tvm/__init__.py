@@ -263,4 +263,11 @@ from .types import (
     ValueType,
     VendorName,
 )
-from .version import __version__
+from .version import odla_tvm_version
+
+
+def __getattr__(name: str):
+    # __version__ reads the installed package's metadata, at its first use only
+    if name == "__version__":
+        return odla_tvm_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
