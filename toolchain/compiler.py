@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,8 @@ def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++"
     if shutil.which(compiler) is None:
         raise ToolchainMissing(f"{compiler} is not installed; vendor plugins and C custom ops "
                                "compile their code with it: apt-get install g++")
+    import subprocess  # by a first compile only: `import odla_tvm` starts no process
+
     load_tvm_ffi()  # before tvm_ffi.libinfo: importing it imports tvm_ffi, torch hidden
     import tvm_ffi.libinfo
 
