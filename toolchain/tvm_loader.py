@@ -11,6 +11,7 @@ import inspect
 import linecache
 import os
 import sys
+import threading
 import types
 
 
@@ -36,19 +37,23 @@ def _import_hiding_torch(name: str) -> None:
 def load_tvm_ffi() -> types.ModuleType:
     """apache-tvm-ffi (what the run side needs of TVM), imported with torch hidden at the first
     call, which then runs what when_tvm_ffi_loads was given."""
-    _import_hiding_torch("tvm_ffi")
-    while _on_load:  # popped first: an action may load tvm_ffi again
-        _on_load.pop(0)()
+    if _on_load or "tvm_ffi" not in sys.modules:
+        with _loading:  # another thread gets tvm_ffi once the actions have run
+            _import_hiding_torch("tvm_ffi")
+            while _on_load:  # popped first: an action may load tvm_ffi again
+                _on_load.pop(0)()
     return sys.modules["tvm_ffi"]
 
 
 _on_load: list = []
+_loading = threading.RLock()
 
 
 def when_tvm_ffi_loads(action) -> None:
     """Calls ``action`` (registering functions and errors with tvm_ffi) at load_tvm_ffi's
     first call, or now if that was, so that importing the caller imports no tvm_ffi."""
-    _on_load.append(action)
+    with _loading:
+        _on_load.append(action)
     if "tvm_ffi" in sys.modules:
         load_tvm_ffi()
 
