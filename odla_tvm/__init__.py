@@ -5,6 +5,8 @@ order; results are returned and failures raise ``OdlaError`` carrying an ODLA ``
 Op functions add to the thread's current computation, as in ODLA.
 """
 
+import importlib
+
 from .computation import (
     Computation,
     Value,
@@ -44,16 +46,6 @@ from .context import (
     set_context_item,
     set_runtime_shape,
 )
-from .asynchronous import (
-    Event,
-    Task,
-    async_execute_computation,
-    async_launch_executable,
-    run_task,
-    run_task_async,
-    set_async_executor,
-)
-from .bundle import export
 from .device import Device, allocate_device, available_devices, destroy_device, get_device_info
 from .execution import execute_computation
 from .executable import (
@@ -216,27 +208,8 @@ from .ops.process import (
     tile_dynamic,
     transpose,
 )
-from .memory import (
-    DeviceMemory,
-    MemcpyType,
-    allocate_device_memory,
-    allocate_host_memory,
-    copy_memory,
-    free_device_memory,
-    free_host_memory,
-)
 from .profiler import DeviceTrace, retrieve_device_trace, start_device_profiler, stop_device_profiler
 from .ops.quantization import dequantize, quantize
-from .session import Session
-from .tuning import tune
-from .training import (
-    compile_inference,
-    differentiate_computation,
-    get_optimizer,
-    load_checkpoint,
-    set_optimizer,
-    store_checkpoint,
-)
 from .types import (
     ODLA_API_VERSION,
     Bf16Mode,
@@ -263,4 +236,37 @@ from .types import (
     ValueType,
     VendorName,
 )
-from .version import __version__
+from .version import odla_tvm_version
+
+# name -> the module defining it, imported at the name's first use: asynchronous runs, bundles,
+# device memory, sessions (and their engine cache), tuning and training stay out of
+# `import odla_tvm` until a program uses them.
+_ON_FIRST_USE = {
+    "Event": ".asynchronous", "Task": ".asynchronous",
+    "async_execute_computation": ".asynchronous", "async_launch_executable": ".asynchronous",
+    "run_task": ".asynchronous", "run_task_async": ".asynchronous",
+    "set_async_executor": ".asynchronous",
+    "export": ".bundle",
+    "DeviceMemory": ".memory", "MemcpyType": ".memory", "allocate_device_memory": ".memory",
+    "allocate_host_memory": ".memory", "copy_memory": ".memory", "free_device_memory": ".memory",
+    "free_host_memory": ".memory",
+    "Session": ".session",
+    "tune": ".tuning",
+    "compile_inference": ".training", "differentiate_computation": ".training",
+    "get_optimizer": ".training", "load_checkpoint": ".training", "set_optimizer": ".training",
+    "store_checkpoint": ".training",
+}
+
+
+def __getattr__(name: str):
+    if name == "__version__":  # read from the installed package's metadata
+        return odla_tvm_version()
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_ON_FIRST_USE[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ON_FIRST_USE, "__version__"})

@@ -4,7 +4,6 @@ with its ASYNC_CALLBACK_ARG, as ODLA's C platforms do."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -63,6 +62,8 @@ class Event:
         return Status.SUCCESS if error is None else getattr(error, "status", Status.FAILURE)
 
     def __await__(self):
+        import asyncio  # only a program awaiting events uses it
+
         return asyncio.wrap_future(self._future).__await__()
 
 

@@ -30,7 +30,7 @@ from .device import (
 from .executable import Executable, compile_computation, load_executable
 from .profiler import compare_to_unprofiled, profile_executable
 from .types import ODLA_API_VERSION, DeviceInfo, DeviceName, OdlaError, Status
-from .version import __version__
+from .version import odla_tvm_version
 
 
 def info(args) -> None:
@@ -40,7 +40,7 @@ def info(args) -> None:
     if args.target_spec:
         write_target_spec(args.target_spec, args.force)
         return
-    print(f"odla-tvm {__version__}")
+    print(f"odla-tvm {odla_tvm_version()}")
     print(f"ODLA API {ODLA_API_VERSION}")
     print(f"TVM {targets.tvm_version()}")
     print("devices:")
@@ -390,7 +390,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     parser = _Parser(prog="odla-tvm", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"odla-tvm {__version__}")
+    parser.add_argument("--version", action="version", version=f"odla-tvm {odla_tvm_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     info_parser = commands.add_parser("info",
                                       help="versions, devices and targets of this machine")

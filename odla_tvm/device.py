@@ -11,7 +11,7 @@ import targets
 
 from . import gpu_device
 from .types import DeviceInfo, DeviceName, OdlaError, Status, VendorName, checked, odla_enum
-from .version import __version__
+from .version import odla_tvm_version
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def get_device_info(device: Device, info_type: DeviceInfo):
     device = checked_device(device)
     info_type = odla_enum(DeviceInfo, info_type, "device info item")
     answers = {
-        DeviceInfo.ODLA_LIB_VERSION: lambda: f"odla-tvm {__version__}",
+        DeviceInfo.ODLA_LIB_VERSION: lambda: f"odla-tvm {odla_tvm_version()}",
         DeviceInfo.DEV_COUNT: lambda: 1,
         DeviceInfo.DEV_INDEX: lambda: device.index,
         DeviceInfo.DEV_TYPE: lambda: f"{_cpu_model()} ({device.target.description})",

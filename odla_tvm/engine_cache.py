@@ -34,7 +34,7 @@ from . import bundle
 from .executable import (Executable, file_sha256, load_executable, run_from_bundle,
                          write_atomically)
 from .types import OdlaError
-from .version import __version__
+from .version import odla_tvm_version
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) 
         "model": model_digest,
         "target": device.target.key(),
         "device_index": device.index,
-        "odla-tvm": __version__,
+        "odla-tvm": odla_tvm_version(),
         "code": _code_state(),
         "tvm": targets.tvm_version(),
         "tvm-ffi": targets.tvm_ffi_version(),
@@ -243,9 +243,9 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
     except (OSError, ValueError):
         info = {}
     # A file put there by hand, or by another version, is not trusted to be this model's.
-    if info.get("key") != key or info.get("odla-tvm") != __version__:
+    if info.get("key") != key or info.get("odla-tvm") != odla_tvm_version():
         log.warning("engine cache entry %s was not stored for this model by odla-tvm %s; "
-                    "rebuilding it", path, __version__)
+                    "rebuilding it", path, odla_tvm_version())
         _remove(path)
         return None
     try:
@@ -267,7 +267,7 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     root = cache_root(cache_dir)
     path = root / f"{key}{_SUFFIX}"
     info = {"key": key, "model": description, "target": executable.device.target.name,
-            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": __version__,
+            "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": odla_tvm_version(),
             "untuned": _untuned_keys.get(key)}
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from .context import Context, _context
 from .data_checks import check_fits_in_memory
 from .device import Device, checked_device
 from .types import ItemType, OdlaError, Status, ValueType, checked, run_failure
-from .version import __version__
+from .version import odla_tvm_version
 
 # An exported bundle (odla_tvm.bundle writes them; load_executable reads them): a directory
 # with the library, its parameters and a manifest listing every file with its sha256.
@@ -137,7 +137,7 @@ class Executable:
         """What a loader checks before it touches the library, and the slots it restores."""
         spec = self.module.spec
         return {
-            "odla_tvm_version": __version__,
+            "odla_tvm_version": odla_tvm_version(),
             "tvm_version": targets.tvm_version(),
             "tvm_ffi_version": targets.tvm_ffi_version(),
             "target_name": spec.name,

@@ -8,7 +8,6 @@ from .computation import Computation, _computation
 from .context import Context
 from .device import Device, checked_device
 from .executable import compile_computation
-from .training import training_step
 from .types import ComputeMode, odla_enum
 
 
@@ -19,6 +18,8 @@ def execute_computation(computation: Computation, context: Context,
     comp = _computation(computation)
     mode = odla_enum(ComputeMode, mode, "compute mode")
     if mode is ComputeMode.TRAINING:
+        from .training import training_step  # imported by a program that trains only
+
         training_step(comp, context, device)
         return
     device = checked_device(device)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import threading
 import time
 from collections import Counter, defaultdict
@@ -69,6 +68,8 @@ class DeviceTrace:
     def summary(self, top: int = 10) -> str:
         """The hottest kernels with the ODLA values they compute, and how the kernel times
         add up against the measured run time."""
+        import statistics  # for reports only, not runs
+
         total = self.kernel_time_s or 1e-12
         by_name: dict[str, list[TraceEvent]] = defaultdict(list)
         for event in self.events:
@@ -190,6 +191,8 @@ def profile_executable(executable, runs: int = 5) -> tuple[DeviceTrace, list[flo
 
 
 def compare_to_unprofiled(trace: DeviceTrace, plain: list[float]) -> str:
+    import statistics  # for reports only, not runs
+
     per_run = trace.kernel_time_s / max(len(trace.runs), 1)
     median = statistics.median(plain)
     return (f"unprofiled run: median {median * 1e3:.3f} ms; kernels per profiled run: "

@@ -1,18 +1,20 @@
 """Lowering of ODLA computations to Relax, TVM's graph IR.
 
 The ODLA layer hands operands as opaque handles (Relax expressions) and plain attributes;
-this package knows nothing of devices, targets or files. Importing it loads nothing of TVM's
-compiler: its errors and the run-time checks compiled modules call (checks) need TVM's
-runtime only; the lowering itself is imported, with the compiler, at its first use.
+this package knows nothing of devices, targets or files. Importing it loads nothing of TVM:
+the run-time checks compiled modules call (checks) are registered with TVM's runtime when it
+loads; the lowering itself is imported, with the compiler, at its first use.
 """
 
 import importlib
 
-from toolchain import compiling_attributes
+from toolchain import compiling_attributes, when_tvm_ffi_loads
 
-from .checks import is_check_call
+from .checks import is_check_call, register_checks
 from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
                      LoweringError, ShapeMismatch, ValueOutOfRange)
+
+when_tvm_ffi_loads(register_checks)
 
 # name -> the module defining it, imported (after toolchain.load_compiler) on first use.
 _LOWERING = {

@@ -1,19 +1,23 @@
 """The run-time checks compiled modules call between kernels (odla_tvm.check_*, registered
-as global functions when this is imported): each raises the error naming the first bad
-element that a counting kernel (kernels.count_where) found, else returns a fresh zero that
-the checked kernel takes, to run after it. They need TVM's runtime only, never its compiler."""
+as global functions by register_checks when tvm_ffi loads): each raises the error naming the
+first bad element that a counting kernel (kernels.count_where) found, else returns a fresh
+zero that the checked kernel takes, to run after it. They need TVM's runtime only, never its
+compiler."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tvm_ffi
 
-from toolchain import tensors
+from toolchain import load_tvm_ffi, tensors
 
-from .errors import (DivisionByZero, DivisionOverflow, IndexOutOfRange, ShapeMismatch,
-                     ValueOutOfRange)
+from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfRange,
+                     ShapeMismatch, ValueOutOfRange)
+
+if TYPE_CHECKING:
+    import tvm_ffi
 
 
 # A run-time check is a counting kernel (named after its function in kernels.py, maybe fused or
@@ -31,7 +35,6 @@ def _zero(shape, like, dev) -> tvm_ffi.Tensor:
     return tensors.tensor(np.zeros(shape, tensors.numpy_dtype(str(like.dtype))), dev)
 
 
-@tvm_ffi.register_global_func("odla_tvm.check_indices")
 def check_indices(count, indices, what: str, negative: bool, *sizes: int):
     """Raises IndexOutOfRange naming the first bad index when out_of_range_count found any,
     before a kernel reads through it; else a fresh zero, wrap_negative's ``checked``. Runs
@@ -47,7 +50,6 @@ def check_indices(count, indices, what: str, negative: bool, *sizes: int):
     return tensors.tensor(np.zeros(1, np.int64), count.device)
 
 
-@tvm_ffi.register_global_func("odla_tvm.check_values")
 def check_values(count, values, what: str, name: str, allowed: str, lowest, highest,
                  nonzero: bool, first: int):
     """Raises ValueOutOfRange naming the first of ``values`` (a run-time parameter such as a
@@ -63,7 +65,6 @@ def check_values(count, values, what: str, name: str, allowed: str, lowest, high
     return _zero((), values, values.device)
 
 
-@tvm_ffi.register_global_func("odla_tvm.check_dim")
 def check_dim(x, axis: int, least: int, most: int, message: str):
     """Raises ValueOutOfRange with ``message`` (``{dim}``, ``{least}``, ``{most}`` filled in)
     unless dim ``axis`` of ``x``, known at run time only, lies in [least, most]: a kernel
@@ -75,7 +76,6 @@ def check_dim(x, axis: int, least: int, most: int, message: str):
     return tensors.tensor(np.zeros(1, np.int64), x.device)
 
 
-@tvm_ffi.register_global_func("odla_tvm.check_divisor")
 def check_divisor(count, divisor, what: str):
     """Raises DivisionByZero naming the first zero of ``divisor`` when zero_count found any;
     else a fresh zero, which the division's divisor adds to run after this."""
@@ -84,7 +84,6 @@ def check_divisor(count, divisor, what: str):
     return _zero((), divisor, count.device)
 
 
-@tvm_ffi.register_global_func("odla_tvm.check_quotient")
 def check_quotient(count, dividend, divisor, what: str):
     """Raises DivisionOverflow naming the first element where ``dividend`` is its type's least
     value and ``divisor`` is -1 (count_where found such), broadcast as the division is;
@@ -97,7 +96,6 @@ def check_quotient(count, dividend, divisor, what: str):
     return _zero((), divisor, count.device)
 
 
-@tvm_ffi.register_global_func("odla_tvm.check_reshape")
 def check_reshape(shape, what: str, allow_zero: bool, *dims: int):
     """Raises ShapeMismatch unless the run-time ``shape`` (ONNX's rules: a 0 keeps the input's
     dim unless ``allow_zero``, one -1 takes what is left) holds exactly the elements of an
@@ -114,3 +112,24 @@ def check_reshape(shape, what: str, allow_zero: bool, *dims: int):
     if not fits:
         raise ShapeMismatch.of(what, requested, count, list(dims))
     return _zero((), shape, shape.device)
+
+
+# The global functions compiled modules call, by name (the emitters emit the calls).
+_CHECKS = {
+    "odla_tvm.check_indices": check_indices,
+    "odla_tvm.check_values": check_values,
+    "odla_tvm.check_dim": check_dim,
+    "odla_tvm.check_divisor": check_divisor,
+    "odla_tvm.check_quotient": check_quotient,
+    "odla_tvm.check_reshape": check_reshape,
+}
+
+
+def register_checks() -> None:
+    """Registers the checks as global functions, and the errors they raise, with tvm_ffi
+    (relay_bridge's import has toolchain.when_tvm_ffi_loads call this)."""
+    ffi = load_tvm_ffi()
+    for error in REFUSED_DATA:
+        ffi.register_error(error)
+    for name, check in _CHECKS.items():
+        ffi.register_global_func(name, check)

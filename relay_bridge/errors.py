@@ -1,7 +1,5 @@
 import re
 
-import tvm_ffi
-
 
 class LoweringError(ValueError):
     """An op cannot be lowered: its operands or attributes are impossible. The message
@@ -24,7 +22,6 @@ class _RefusedData:
         return found.group(0) if found else None
 
 
-@tvm_ffi.register_error
 class DivisionByZero(_RefusedData, ArithmeticError):
     """An integer division found a zero divisor in run-time data; it stopped before the
     division (which kills the process with SIGFPE)."""
@@ -36,7 +33,6 @@ class DivisionByZero(_RefusedData, ArithmeticError):
         return cls(f"{what} divides by zero (element {position} of the divisor)")
 
 
-@tvm_ffi.register_error
 class ShapeMismatch(_RefusedData, ValueError):
     """A shape read from run-time data does not hold its input's elements; the reshape would
     read past them."""
@@ -49,7 +45,6 @@ class ShapeMismatch(_RefusedData, ValueError):
                    f"{'x'.join(str(d) for d in dims) or 'a scalar'}")
 
 
-@tvm_ffi.register_error
 class DivisionOverflow(_RefusedData, ArithmeticError):
     """A signed integer division found the type's least value divided by -1 in run-time data:
     the quotient does not fit the type, and x86 traps on it (SIGFPE) as on a zero divisor."""
@@ -62,11 +57,10 @@ class DivisionOverflow(_RefusedData, ArithmeticError):
                    "result)")
 
 
-@tvm_ffi.register_error
 class IndexOutOfRange(_RefusedData, IndexError):
     """A kernel found an index, read from run-time data, outside the tensor it addresses; it
-    stopped before reading or writing there. Registered with TVM's FFI so that the error keeps
-    its type through the compiled code that raises it."""
+    stopped before reading or writing there. Registered with TVM's FFI (relay_bridge.checks)
+    so that the error keeps its type through the compiled code that raises it."""
 
     _FORM = re.compile(r"\S.* index -?\d+ \(element \d+ of the indices\) is out of range; "
                        r"expected -?\d+ to -?\d+")
@@ -81,7 +75,6 @@ class IndexOutOfRange(_RefusedData, IndexError):
                    f"range; expected {-size if negative else 0} to {size - 1}")
 
 
-@tvm_ffi.register_error
 class ValueOutOfRange(_RefusedData, ValueError):
     """A parameter read from run-time data (a slice's sizes or steps, a tile's repeats, a
     resize's sizes or scales) or a dim known at run time only (TopK's axis against its K, a

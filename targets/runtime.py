@@ -11,14 +11,17 @@ import os
 import tempfile
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tvm_ffi
 
-from toolchain import tensors
+from toolchain import load_tvm_ffi, tensors
 
 from . import plugins as vendor_plugins
 from .specs import TargetSpec, cpu_count, default_pool_spin
+
+if TYPE_CHECKING:
+    import tvm_ffi
 
 # TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
 # host code is compiled and tuned for every usable core, so it runs on as many. Read when the
@@ -39,7 +42,7 @@ def _shared_tensor(array: np.ndarray, device) -> tvm_ffi.Tensor | None:
     if (array.size and array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
             and device.dlpack_device_type() == 1):
         try:
-            return tvm_ffi.from_dlpack(array)
+            return load_tvm_ffi().from_dlpack(array)
         except (RuntimeError, TypeError, BufferError):
             return None
     return None
@@ -54,7 +57,7 @@ def _staging_buffer(array: np.ndarray, device) -> tuple[np.ndarray, tvm_ffi.Tens
     start = -raw.ctypes.data % _ALIGNMENT
     buffer = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
     try:
-        return buffer, tvm_ffi.from_dlpack(buffer)
+        return buffer, load_tvm_ffi().from_dlpack(buffer)
     except (RuntimeError, TypeError, BufferError):
         return None
 
@@ -72,12 +75,6 @@ def device_tensor(array: np.ndarray, device) -> tvm_ffi.Tensor:
         return tensors.tensor(array, device)
     np.copyto(staged[0], array)
     return staged[1]
-
-
-# The FFI functions behind an Array's len() and [i], called directly: Array.__getitem__ asks
-# for the length first and goes through a Python helper, slow on every output.
-_array_size = tvm_ffi.get_global_func("ffi.ArraySize")
-_array_item = tvm_ffi.get_global_func("ffi.ArrayGetItem")
 
 
 host_array = tensors.numpy  # a NumPy copy of a TVM tensor
@@ -139,7 +136,7 @@ _library_loads = itertools.count()
 
 def _load_module(path: str) -> tvm_ffi.Module:
     tensors.device("cpu")  # TVM's runtime loaded: the library's code calls into it
-    return tvm_ffi.load_module(path)
+    return load_tvm_ffi().load_module(path)
 
 
 # The VM's allocator for each device: TVM's pooled allocator, as relax.VirtualMachine's default.
@@ -207,6 +204,11 @@ class CompiledModule:
                 ready_to_run_plugins(self.spec)
             self._vm = self._new_vm()
             self._weight_tensors = [device_tensor(w, self._device) for w in self.weights]
+            # The FFI functions behind an Array's len() and [i], called directly:
+            # Array.__getitem__ asks for the length first and goes through a Python helper,
+            # slow on every output.
+            self._array_size = tensors.runtime_function("ffi.ArraySize")
+            self._array_item = tensors.runtime_function("ffi.ArrayGetItem")
         return self._vm
 
     def _new_vm(self) -> tvm_ffi.Module:
@@ -258,8 +260,8 @@ class CompiledModule:
                 finally:
                     set_instrument(_no_instrument)
             outputs = []  # copied before the next run reuses the staging buffers
-            for index in range(_array_size(result)):
-                outputs.append(host_array(_array_item(result, index)))
+            for index in range(self._array_size(result)):
+                outputs.append(host_array(self._array_item(result, index)))
             return outputs
 
     def _device_input(self, slot: int, array: np.ndarray) -> tvm_ffi.Tensor:

@@ -15,11 +15,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
-from importlib import metadata
+from typing import TYPE_CHECKING
 
-import tvm_ffi
+from toolchain import ToolchainMissing, cache_dir, load_compiler, load_tvm_ffi, tensors
 
-from toolchain import ToolchainMissing, cache_dir, load_compiler, tensors
+if TYPE_CHECKING:
+    import tvm_ffi
 
 # The layouts CPU targets' tuned builds use (see targets.cpu.layouts): op -> operand layouts.
 CPU_LAYOUTS = {"relax.nn.conv2d": ("NHWC", "OHWI")}
@@ -497,8 +498,10 @@ def _ensure_builtin():
 @cache
 def tvm_version() -> str:
     """TVM's version, read from its package's metadata (importing it loads the compiler)."""
+    from importlib import metadata  # imported by a first compile or load only
+
     return metadata.version("apache-tvm")
 
 
 def tvm_ffi_version() -> str:
-    return tvm_ffi.__version__
+    return load_tvm_ffi().__version__

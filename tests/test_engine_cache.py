@@ -136,7 +136,7 @@ def test_another_model_or_input_data_or_version_is_a_miss(tmp_path, monkeypatch)
     assert len(engine_cache.entries(cache)) == 2
     _load(path_a, cache, input_data={"x": X})  # x fixed to data: another engine
     assert len(engine_cache.entries(cache)) == 3
-    monkeypatch.setattr(engine_cache, "__version__", "0.0.0-other")
+    monkeypatch.setattr(engine_cache, "odla_tvm_version", lambda: "0.0.0-other")
     _load(path_a, cache)
     assert len(engine_cache.entries(cache)) == 4
 

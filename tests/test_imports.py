@@ -166,3 +166,37 @@ def test_importing_odla_tvm_loads_neither_the_compiler_nor_onnx():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.stdout.strip() == "[] []", done.stdout + done.stderr[-2000:]
+
+
+_LEAN_IMPORT_THEN_CACHED_RUN = """
+import sys
+import numpy as np
+import odla_tvm as odla
+loaded = [name for name in ("tvm_ffi", "asyncio", "tvm") if name in sys.modules]
+assert not loaded, f"importing odla_tvm imported {loaded}"
+session = odla.Session.from_onnx(sys.argv[1], engine_cache=True, cache_dir=sys.argv[2])
+a = np.array([7, -7, 9, 1], np.int32)
+(y,) = session.run({"a": a, "b": np.array([2, 3, -4, 1], np.int32)})
+np.testing.assert_array_equal(y, [3, -2, -2, 1])
+try:
+    session.run({"a": a, "b": np.array([2, 3, 0, 1], np.int32)})
+except odla.OdlaError as err:  # the check and its error type, registered as tvm_ffi loaded
+    print(err.status.name, type(err.__context__).__name__)
+"""
+
+
+def test_importing_odla_tvm_loads_no_tvm_ffi_and_a_cached_run_then_loads_it(tmp_path):
+    # tvm_ffi and asyncio are imported at their first use: a load, compile or run, an await.
+    onnx = pytest.importorskip("onnx")
+    import odla_tvm as odla
+    from onnx import TensorProto, helper
+
+    int32 = [helper.make_tensor_value_info(name, TensorProto.INT32, [4]) for name in "aby"]
+    graph = helper.make_graph([helper.make_node("Div", ["a", "b"], ["y"])], "div", int32[:2],
+                              int32[2:])
+    path = str(tmp_path / "div.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    odla.Session.from_onnx(path, engine_cache=True, cache_dir=tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", _LEAN_IMPORT_THEN_CACHED_RUN, path,
+                           str(tmp_path / "cache")], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "INVALID_PARAM DivisionByZero", done.stdout + done.stderr[-2000:]

@@ -9,14 +9,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import tvm_ffi.libinfo
-
 from .cache import cache_dir
+from .tvm_loader import load_tvm_ffi
 
 
 class ToolchainMissing(RuntimeError):
@@ -31,6 +29,11 @@ def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++"
     if shutil.which(compiler) is None:
         raise ToolchainMissing(f"{compiler} is not installed; vendor plugins and C custom ops "
                                "compile their code with it: apt-get install g++")
+    import subprocess  # by a first compile only: `import odla_tvm` starts no process
+
+    load_tvm_ffi()  # before tvm_ffi.libinfo: importing it imports tvm_ffi, torch hidden
+    import tvm_ffi.libinfo
+
     standard = "-std=c++17" if language == "c++" else "-std=c11"
     command = [compiler, "-x", language, standard, "-O2", "-fPIC", "-c", *flags,
                "-I", tvm_ffi.libinfo.find_include_path(),

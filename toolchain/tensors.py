@@ -1,35 +1,38 @@
 """Tensors on TVM's runtime alone (apache-tvm-ffi and libtvm_runtime.so, never the compiler):
 made on a device, filled from NumPy, read back to NumPy. Both the run side of a compiled
-module and the run-time checks it calls use them."""
+module and the run-time checks it calls use them. TVM's runtime loads at the first call."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
-import tvm_ffi
 
-from .tvm_loader import load_tvm_runtime
+from .tvm_loader import load_tvm_ffi, load_tvm_runtime
+
+if TYPE_CHECKING:
+    import tvm_ffi
 
 
 @functools.cache
 def runtime_function(name: str, device_kind: str = "cpu") -> tvm_ffi.Function:
     """TVM runtime's global function ``name``, its library (and ``device_kind``'s) loaded."""
     load_tvm_runtime(device_kind)
-    return tvm_ffi.get_global_func(name)
+    return load_tvm_ffi().get_global_func(name)
 
 
 def device(kind: str, index: int = 0) -> tvm_ffi.Device:
     """The runtime device ``kind`` ("cpu", "cuda") number ``index``, its runtime loaded."""
     load_tvm_runtime(kind)
-    return tvm_ffi.device(kind, index)
+    return load_tvm_ffi().device(kind, index)
 
 
 def device_exists(dev: tvm_ffi.Device) -> bool:
     """Whether ``dev`` is present and usable (TVM's kExist device attribute)."""
-    kind = tvm_ffi.Device._DEVICE_TYPE_TO_NAME.get(dev.dlpack_device_type(), "cpu")
+    kind = type(dev)._DEVICE_TYPE_TO_NAME.get(dev.dlpack_device_type(), "cpu")
     try:
         get_attr = runtime_function("runtime.GetDeviceAttr", kind)
         return bool(get_attr(dev.dlpack_device_type(), dev.index, 0))
@@ -40,7 +43,8 @@ def device_exists(dev: tvm_ffi.Device) -> bool:
 def empty(shape, dtype: str, dev: tvm_ffi.Device) -> tvm_ffi.Tensor:
     """An uninitialized tensor of ``shape`` and ``dtype`` on ``dev``."""
     alloc = runtime_function("runtime.TVMTensorAllocWithScope")
-    return alloc(tvm_ffi.Shape([int(d) for d in shape]), tvm_ffi.dtype(str(dtype)), dev, None)
+    ffi = load_tvm_ffi()
+    return alloc(ffi.Shape([int(d) for d in shape]), ffi.dtype(str(dtype)), dev, None)
 
 
 def tensor(array: np.ndarray, dev: tvm_ffi.Device) -> tvm_ffi.Tensor:

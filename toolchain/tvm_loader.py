@@ -11,6 +11,7 @@ import inspect
 import linecache
 import os
 import sys
+import threading
 import types
 
 
@@ -33,9 +34,28 @@ def _import_hiding_torch(name: str) -> None:
             del sys.modules["torch"]
 
 
-def load_tvm_ffi() -> None:
-    """Imports apache-tvm-ffi (what the run side needs of TVM) with torch hidden."""
-    _import_hiding_torch("tvm_ffi")
+def load_tvm_ffi() -> types.ModuleType:
+    """apache-tvm-ffi (what the run side needs of TVM), imported with torch hidden at the first
+    call, which then runs what when_tvm_ffi_loads was given."""
+    if _on_load or "tvm_ffi" not in sys.modules:
+        with _loading:  # another thread gets tvm_ffi once the actions have run
+            _import_hiding_torch("tvm_ffi")
+            while _on_load:  # popped first: an action may load tvm_ffi again
+                _on_load.pop(0)()
+    return sys.modules["tvm_ffi"]
+
+
+_on_load: list = []
+_loading = threading.RLock()
+
+
+def when_tvm_ffi_loads(action) -> None:
+    """Calls ``action`` (registering functions and errors with tvm_ffi) at load_tvm_ffi's
+    first call, or now if that was, so that importing the caller imports no tvm_ffi."""
+    with _loading:
+        _on_load.append(action)
+    if "tvm_ffi" in sys.modules:
+        load_tvm_ffi()
 
 
 # TVM's runtime libraries (tvm/lib in its wheel), loaded without its Python package, which
@@ -51,6 +71,7 @@ def load_tvm_runtime(device_kind: str = "cpu") -> None:
     once loaded, loads the same file, so the two agree."""
     if device_kind in _runtime_loaded:
         return
+    load_tvm_ffi()  # libtvm_ffi.so, which the runtime library links, loaded globally
     if device_kind != "cpu":
         load_tvm_runtime("cpu")
     spec = importlib.util.find_spec("tvm")  # finds the package without importing it
@@ -67,7 +88,8 @@ def load_tvm_runtime(device_kind: str = "cpu") -> None:
 
 
 def load_tvm() -> None:
-    """Imports TVM's compiler (tvm.relax) with torch hidden."""
+    """Imports TVM's compiler (tvm.relax) with torch hidden, after load_tvm_ffi."""
+    load_tvm_ffi()
     _import_hiding_torch("tvm.relax")
 
 

@@ -12,11 +12,11 @@ import numpy as np
 import targets
 
 from ..device import _cpu_model
-from ..version import __version__
+from ..version import odla_tvm_version
 from .cached_section import cached_section
 from .driver import BENCH_EXTRA, IN_TURNS, IN_TURNS_MAX_S
 from .models import TARGET_MODELS
-from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, PathResult, ms
+from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, ms
 from .timing import ALONE_BUDGET_S, SLOW_RUN_S
 
 # The report's first line: how `odla-tvm bench` knows a file it may replace.
@@ -57,7 +57,7 @@ def _machine_section(threads, seconds, load) -> list[str]:
         "",
         (f"Written by `scripts/bench.py` (`odla-tvm bench`) in {seconds / 60:.0f} min on "
          f"{_cpu_model()}, {cores} cores usable, {platform.system()} {platform.release()}; "
-         f"odla-tvm {__version__}, TVM {targets.tvm_version()}, onnxruntime "
+         f"odla-tvm {odla_tvm_version()}, TVM {targets.tvm_version()}, onnxruntime "
          f"{_version('onnxruntime')}, OpenVINO {_version('openvino')}, NumPy {np.__version__}. "
          f"Load average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end: above "
          f"{cores}, other work shared the cores and every figure is slower than on an idle "

@@ -21,7 +21,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 from toolchain import compiling_attributes
@@ -120,6 +119,8 @@ def _load_entry_points() -> None:
         if _entry_points_loaded:
             return
         _entry_points_loaded = True
+        from importlib import metadata  # a plugin's first look-up: at a compile, not an import
+
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 loaded = entry.load()
