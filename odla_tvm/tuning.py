@@ -122,7 +122,7 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
             model, comp, Device(DeviceName.DEFAULT, 0, spec), cache_dir, deadline) \
             if time_model and not_timed is None else None
         report = targets.tune(
-            comp.build_module(), spec, trials=trials,
+            comp.build_module(spec=spec), spec, trials=trials,
             minutes=None if deadline is None else (deadline - time.monotonic()) / 60,
             cache_dir=cache_dir, label=_model_label(model), progress=progress,
             keep_best=keep_best, tracker=tracker,
