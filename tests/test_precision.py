@@ -9,12 +9,14 @@ import logging
 import ml_dtypes
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 import odla_tvm as odla
 import targets
 from odla_tvm import Bf16Mode, DeviceName, ElementType, ItemType, MemoryLayout, Status, ValueType
 from odla_tvm.device import Device
+from odla_tvm.frontends import onnx_backend
 from relay_bridge.precision import HEAVY_OPS
 from targets.compiler import fused_kernels
 
@@ -174,3 +176,26 @@ def test_precision_items_are_checked():
     with pytest.raises(odla.OdlaError) as err:
         odla.compile_computation(comp, None)
     assert "BF16_MODE is 9" in str(err.value)
+
+
+def test_the_onnx_backend_compiles_in_the_precision_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("ODLA_TVM_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((64, 8)).astype(np.float32)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "product",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (plain,) = onnx_backend.prepare(model).run([x])
+    (half,) = onnx_backend.prepare(model, "CPU", precision="fp16").run([x])
+    (brain,) = onnx_backend.run_model(model, [x], precision="bf16")
+    np.testing.assert_allclose(plain, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    for result, tolerance in ((half, 1e-2), (brain, 1e-1)):
+        np.testing.assert_allclose(result, plain, atol=tolerance)
+        assert not np.array_equal(result, plain)
+    with pytest.raises(odla.OdlaError) as err:
+        onnx_backend.prepare(model, precision="int8")
+    assert err.value.status == Status.INVALID_PARAM
+    assert "precision is 'int8'; expected one of fp32, bf16, fp16" in str(err.value)
