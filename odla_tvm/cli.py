@@ -339,7 +339,7 @@ def bench(args) -> None:
     started, load = time.monotonic(), os.getloadavg()[0]
     results = bench_driver.bench_models(
         models, args.threads, args.runs, args.cache_dir, args.batch,
-        on_result=lambda result: print(result.summary(), flush=True))
+        on_result=lambda result: print(result.summary(), flush=True), precision=args.precision)
     overhead = call_overhead()
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)

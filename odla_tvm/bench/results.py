@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .accuracy import Accuracy
+
 # A path's outputs match where they lie this close to onnxruntime's.
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
 PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned")
@@ -26,6 +28,8 @@ class PathResult:
     checks_s: float | None = None  # ODLA paths: a run's time in its run-time checks
     # ODLA paths: whether TVM's compiler (libtvm_compiler.so) was mapped after the first run.
     compiler_mapped: bool | None = None
+    # In a reduced precision: its outputs against the float32 model's (onnxruntime's).
+    accuracy: Accuracy | None = None
 
 
 @dataclasses.dataclass
@@ -38,6 +42,7 @@ class ModelResult:
     tuning_trials: int = 0  # trials the database's run log spent on this model
     tuning_minutes: float = 0.0
     error: str = ""  # the model did not run (onnxruntime, the reference, failed)
+    precision: str | None = None  # the ODLA and OpenVINO paths' ("bf16", "fp16"; None: fp32)
 
     def seconds(self, path: str) -> float | None:
         return self.paths[path].seconds if path in self.paths else None
