@@ -63,7 +63,7 @@ def _bfloat16_operands(mod: tvm.IRModule, result_dtype: str) -> tvm.IRModule:
     return relax.transform.Normalize()(mod)
 
 
-def rounded_to(data: np.ndarray, dtype: str) -> np.ndarray:
+def _rounded_to(data: np.ndarray, dtype: str) -> np.ndarray:
     """float32 ``data`` rounded (to nearest, ties to even) to the values of ``dtype``, kept
     float32."""
     return data.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype).astype(np.float32)
@@ -99,7 +99,7 @@ class _RoundedConstants(relax.expr_functor.PyExprMutator):
     def visit_generic_const_(self, const):
         if const not in self.weights:
             return const
-        return constant(rounded_to(const.value.numpy(), self.dtype))
+        return constant(_rounded_to(const.value.numpy(), self.dtype))
 
 
 def _rounded_weights(mod: tvm.IRModule, dtype: str) -> tvm.IRModule:
