@@ -155,7 +155,10 @@ def main(argv=None):
         "",
         "Latency over float32, geo-mean (range) over the models: " + "; ".join(
             f"{mode} {geo_mean(r):.2f}x ({min(r):.2f}-{max(r):.2f}x)"
-            for mode, r in ratios.items()) + ".",
+            for mode, r in ratios.items()) + "." + (
+            " A mode computed in float32 compiles the kernels of float32 (only its weights' "
+            "values differ), so its figures differ from float32's by the machine's noise alone."
+            if any(path.startswith("float32,") for path in paths.values()) else ""),
         "",
         "The light models' own weights are ConstantOfShape fills (one value in every cell), so "
         "their outputs do not depend on the input and every precision gives the same numbers; "
