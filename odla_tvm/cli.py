@@ -394,7 +394,8 @@ COMMANDS = {"info": info, "run": run, "export": export, "profile": profile, "tun
             "bench": bench, "rpc-server": rpc_server, "cache": cache, "config": config}
 # Each command's arguments checked before it starts (its own checks of what it reads follow).
 CHECKS = {"info": check_info, "run": check_run, "export": check_export, "profile": check_profile,
-          "tune": check_tune, "bench": check_bench, "rpc-server": check_rpc_server, "cache": check_cache}
+          "tune": check_tune, "bench": check_bench, "rpc-server": check_rpc_server,
+          "cache": check_cache}
 
 
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:

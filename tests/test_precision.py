@@ -29,7 +29,8 @@ IMAGES = np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.floa
 SAPPHIRE_RAPIDS = dataclasses.replace(
     targets.get_target("x86-64-avx2"), name="sapphirerapids",
     cpu_flags=("avx512_bf16", "amx_bf16", "avx512_fp16"),
-    target={"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "sapphirerapids", "num-cores": 4})
+    target={"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "sapphirerapids",
+            "num-cores": 4})
 AVX2 = targets.get_target("x86-64-avx2")
 MODES = {"fp16": (ItemType.FP16_MODE, True, "float16"),
          "bf16-accuracy": (ItemType.BF16_MODE, Bf16Mode.ACCURACY_MODE, "bfloat16"),
@@ -143,7 +144,8 @@ def _gemm_model(rng):
 
 def _conv_model(rng):
     """A 3x3 convolution, padded by 1, with a bias."""
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 8, 8), (4, 3, 3, 3), (4,)))
+    x, w, b = (rng.standard_normal(s).astype(np.float32)
+               for s in ((1, 3, 8, 8), (4, 3, 3, 3), (4,)))
     comp = odla.create_computation()
     arg = odla.create_argument(ValueType(ElementType.FLOAT32, x.shape), "x")
     odla.set_value_as_output(odla.conv(arg, MemoryLayout.CHANNELS_FIRST, 1, _constant(w),
