@@ -62,7 +62,7 @@ def _resolve(model, target) -> Executable:
         spec = target_spec(target)
         try:
             database = targets.find_database(spec, cache_dir_of(comp))
-            module = targets.compile_module(comp.build_module(), spec, database=database)
+            module = targets.compile_module(comp.build_module(spec=spec), spec, database=database)
         except OdlaError:
             raise
         except Exception as err:  # noqa: BLE001

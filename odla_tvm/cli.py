@@ -131,22 +131,27 @@ def _import_module(name: str):
     return module
 
 
-def check_run(args) -> None:
+def check_precision(precision: str | None, model: str | None = None) -> None:
+    """--precision: a name of session.PRECISIONS, and other than fp32 only for a ``model``
+    that compiles here (not a stored executable or bundle)."""
     from .session import PRECISIONS
 
+    if precision is not None and precision not in PRECISIONS:
+        raise UsageError(f"--precision is {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    compiled = model is not None and not model.endswith(".onnx") and os.path.exists(model)
+    if compiled and precision not in (None, "fp32"):
+        raise UsageError(f"--precision {precision} applies where MODEL compiles here; "
+                         f"{model!r} is compiled already (give its ONNX model)")
+
+
+def check_run(args) -> None:
     check_model(args.model)
     check_count(args.runs, 1, "--runs")
-    if args.precision is not None and args.precision not in PRECISIONS:
-        raise UsageError(f"--precision is {args.precision!r}; expected one of "
-                         f"{', '.join(PRECISIONS)}")
+    check_precision(args.precision, args.model)
     try:
         device_name_of(args.device)
     except OdlaError as err:
         raise UsageError(f"--device: {err.message}") from None
-    compiled = not args.model.endswith(".onnx") and os.path.exists(args.model)
-    if compiled and args.precision not in (None, "fp32"):
-        raise UsageError(f"--precision {args.precision} applies where MODEL compiles here; "
-                         f"{args.model!r} is compiled already (give its ONNX model)")
     if args.output is not None:
         check_output_file(args.output, "--output", args.force)
 
@@ -204,6 +209,7 @@ def check_target(name: str, option: str) -> None:
 
 def check_export(args) -> None:
     check_model(args.model)
+    check_precision(args.precision, args.model)
     check_target(args.target, "--target")
     try:
         check_bundle_destination(args.output)
@@ -213,7 +219,12 @@ def check_export(args) -> None:
 
 
 def export(args) -> None:
+    from .computation import Computation
+    from .session import set_precision
+
     model = load_model(args.model)
+    if isinstance(model, Computation):
+        set_precision(model, args.precision)
     bundle = export_bundle(model, args.target, args.output, with_runner=args.with_runner)
     print(f"exported {args.model} for {args.target} to {bundle}")
     print((bundle / "README.txt").read_text())
@@ -262,8 +273,12 @@ def tune(args) -> None:
                         "FILE.py:function)")
     report = tune_model(model, args.target, args.trials, args.minutes, args.cache_dir,
                         keep_best=args.keep_best, rpc_tracker=args.rpc_tracker,
-                        rpc_key=args.rpc_key)
+                        rpc_key=args.rpc_key, precision=args.precision)
     print(report.summary())
+
+
+def check_tune(args) -> None:
+    check_precision(args.precision, args.model)
 
 
 def check_rpc_server(args) -> None:
@@ -301,6 +316,7 @@ def rpc_server(args) -> None:
 def check_bench(args) -> None:
     for path in args.files:
         check_input_file(path, "model file")
+    check_precision(args.precision)
     try:
         model_files(names=args.models or [])
     except OdlaError as err:
@@ -323,7 +339,7 @@ def bench(args) -> None:
     started, load = time.monotonic(), os.getloadavg()[0]
     results = bench_driver.bench_models(
         models, args.threads, args.runs, args.cache_dir, args.batch,
-        on_result=lambda result: print(result.summary(), flush=True))
+        on_result=lambda result: print(result.summary(), flush=True), precision=args.precision)
     overhead = call_overhead()
     if os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)
@@ -378,7 +394,15 @@ COMMANDS = {"info": info, "run": run, "export": export, "profile": profile, "tun
             "bench": bench, "rpc-server": rpc_server, "cache": cache, "config": config}
 # Each command's arguments checked before it starts (its own checks of what it reads follow).
 CHECKS = {"info": check_info, "run": check_run, "export": check_export, "profile": check_profile,
-          "bench": check_bench, "rpc-server": check_rpc_server, "cache": check_cache}
+          "tune": check_tune, "bench": check_bench, "rpc-server": check_rpc_server,
+          "cache": check_cache}
+
+
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", metavar="fp32|bf16|fp16",
+                        help="compile in this precision (default fp32; bf16: BF16_MODE's "
+                        "performance mode, fp16: FP16_MODE; float32 with rounded weights on a "
+                        "CPU without their instructions)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -412,6 +436,7 @@ def main(argv=None) -> int:
     export_parser.add_argument("-o", "--output", required=True, help="bundle directory")
     export_parser.add_argument("--with-runner", action="store_true",
                                help="add bin/odla_runner and the TVM runtime for the target")
+    add_precision_argument(export_parser)
     profile_parser = commands.add_parser(
         "profile", help="time MODEL's kernels on this CPU, per ODLA value; write a Chrome trace")
     profile_parser.add_argument("model", help="as for export")
@@ -447,6 +472,7 @@ def main(argv=None) -> int:
                              "servers registered under (rpc_server --key)")
     tune_parser.add_argument("-v", "--verbose", action="store_true",
                              help="log more, MetaSchedule's own lines (its task tables) among it")
+    add_precision_argument(tune_parser)
     server_parser = commands.add_parser(
         "rpc-server", help="build odla_rpc_server, the RPC server a board runs to measure "
         "tuning candidates, and print how to start it there")
@@ -475,6 +501,7 @@ def main(argv=None) -> int:
                               "an earlier bench report only); the chart goes beside it as .png")
     bench_parser.add_argument("--force", action="store_true",
                               help="replace the -o files even if they are no bench report")
+    add_precision_argument(bench_parser)
     cache_parser = commands.add_parser(
         "cache", help="list or clear the compiled engines kept by Session.from_onnx")
     cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
@@ -503,9 +530,7 @@ def main(argv=None) -> int:
                             help="replace the --output file if it exists")
     run_parser.add_argument("--device", default="DEFAULT",
                             help="an ODLA device name (odla-tvm info lists them), or CPU")
-    run_parser.add_argument("--precision", metavar="fp32|bf16|fp16",
-                            help="compile in this precision (default fp32; bf16: BF16_MODE's "
-                            "performance mode, fp16: FP16_MODE)")
+    add_precision_argument(run_parser)
     run_parser.add_argument("--runs", type=int, default=10,
                             help="timed runs after the first (default 10)")
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import gc
 import itertools
+import logging
 import os
 import threading
 
@@ -29,6 +30,10 @@ from .types import (
     element_type_of,
     odla_enum,
 )
+
+log = logging.getLogger(__name__)
+# The 16-bit type of each reduced precision (relay_bridge.PRECISIONS) by its first part.
+_SIXTEEN_BITS = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 class ValueKind(enum.Enum):
@@ -369,9 +374,11 @@ class Computation:
         """The vendor plugins' items set on this computation ("<plugin>.<item>" -> value)."""
         return {k: v for k, v in self.items.items() if isinstance(k, str)}
 
-    def build_module(self, args: list[Value] | None = None, outputs: list[Value] | None = None):
-        """The computation lowered to an IRModule: ``args`` (default: every argument) then the
-        variables in, ``outputs`` (default: every output) out."""
+    def build_module(self, args: list[Value] | None = None, outputs: list[Value] | None = None,
+                     spec: targets.TargetSpec | None = None):
+        """The computation lowered to an IRModule for the target ``spec`` (default: this
+        machine's CPU): ``args`` (default: every argument) then the variables in, ``outputs``
+        (default: every output) out."""
         self._check_alive()
         if self.scopes:
             raise OdlaError(
@@ -390,7 +397,9 @@ class Computation:
         bound = {v.handle: v.require_data() for v in self._values.values() if v.kind is ValueKind.VALUE
                  and v.data is not None}
         mod = self._graph.build(params, [v.handle for v in outputs], bound)
-        return relay_bridge.reduce_precision(mod, self.precision())
+        precision = self.precision()
+        native = precision is None or _computes_itself(spec or targets.host_cpu(), precision)
+        return relay_bridge.reduce_precision(mod, precision, native)
 
     def precision(self) -> str | None:
         """The reduced precision FP16_MODE or BF16_MODE asks for, if any."""
@@ -405,6 +414,18 @@ class Computation:
         if bf16 is Bf16Mode.DISABLE:
             return None
         return "bf16-performance" if bf16 is Bf16Mode.PERFORMACE_MODE else "bf16-accuracy"
+
+
+def _computes_itself(spec: targets.TargetSpec, precision: str) -> bool:
+    """Whether ``spec`` computes in ``precision`` (of relay_bridge.PRECISIONS) itself; where
+    not, says so in one log line (relay_bridge.reduce_precision then rounds weights only)."""
+    kind = precision.partition("-")[0]
+    lacking = targets.lacking_instructions(spec, kind)
+    if lacking:
+        log.warning("%s_MODE: the CPU of target %s has no %s; convolutions and matrix products "
+                    "compute in float32 instead, only their weights rounded to %s",
+                    kind.upper(), spec.name, " or ".join(lacking), _SIXTEEN_BITS[kind])
+    return not lacking
 
 
 def _check_output_dims(op_name, value_id, given: ValueShape, inferred: ValueShape):

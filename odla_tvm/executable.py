@@ -247,7 +247,7 @@ def compile_outputs(comp: Computation, device: Device, args: list[Value],
     """Compiles ``outputs`` of ``comp`` as a function of ``args`` and the variables; the
     weights the compile lays out go to ``weight_files`` (a targets.WeightFiles) if given; the
     tuning records are those in ``cache_dir``, else in the computation's CACHE_DIR."""
-    mod = comp.build_module(list(args), list(outputs))
+    mod = comp.build_module(list(args), list(outputs), device.target)
     cache_dir = cache_dir_of(comp, cache_dir)
     try:
         database = targets.find_database(device.target, cache_dir)

@@ -92,8 +92,9 @@ class Session:
         compiled engine in ``cache_dir`` (ODLA's CACHE_DIR; default $ODLA_TVM_CACHE_DIR or
         ~/.cache/odla-tvm), so the next load of the same model for the same device reads it
         instead of compiling (see odla_tvm.engine_cache). ``precision`` ("fp32", "bf16" or
-        "fp16"; default fp32) sets the items of PRECISIONS before the compile; it is part of
-        the engine's key."""
+        "fp16"; default fp32) sets the items of PRECISIONS before the compile (on a CPU
+        without that precision's instructions: float32 on weights rounded to it, see
+        Computation.build_module); it is part of the engine's key."""
         device = checked_device(device)
         items = precision_items(precision)
         use_cache = engine_cache_module.enabled() if engine_cache is None else bool(engine_cache)

@@ -19,6 +19,7 @@ import targets
 from . import model_latency
 from .computation import Computation, _computation, cache_dir_of, destroy_computation
 from .device import Device, default_target, target_spec
+from .session import precision_items, set_precision
 from .types import DeviceName, OdlaError, Status, check_count
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ def _model_label(model) -> str:
 def tune(model, target=None, trials: int | None = None, minutes: float | None = None,
          cache_dir=None, progress: bool = True, keep_best: int | None = None,
          rpc_tracker: str | None = None, rpc_key: str | None = None,
-         time_model: bool = True) -> targets.TuningReport:
+         time_model: bool = True, precision: str | None = None) -> targets.TuningReport:
     """Tunes ``model`` (a Computation, or an ONNX model: path, bytes or ModelProto) for
     ``target`` (a Device, a target name, a target spec file of another machine's CPU, or None
     for the DEFAULT device's, what Session.from_onnx uses) and returns what the run did.
@@ -101,8 +102,12 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
     ``time_model``: where the target runs here, the model is built as a load of it would be
     (an ONNX model through Session.from_onnx, its engine cache included) and timed before and
     after the run, within ``minutes``; the report gives both latencies and the kernels that
-    come from records."""
+    come from records.
+
+    ``precision`` ("fp32", "bf16" or "fp16", as Session.from_onnx's): the build whose kernels
+    are tuned (its items are set on the computation)."""
     started = time.monotonic()
+    precision_items(precision)
     _budget(trials, minutes)
     deadline = None if minutes is None else started + 60 * minutes
     if keep_best is not None:
@@ -116,13 +121,16 @@ def tune(model, target=None, trials: int | None = None, minutes: float | None = 
 
         comp = imported = import_model(model)
     try:
+        set_precision(comp, precision)
         cache_dir = cache_dir_of(comp, cache_dir)
         not_timed = _why_not_timed(comp, spec, tracker) if time_model else None
+        # An ONNX model in another precision is timed as its computation (compiled as tuned).
+        timed_model = model if precision in (None, "fp32") else comp
         timing = model_latency.BeforeAndAfter(
-            model, comp, Device(DeviceName.DEFAULT, 0, spec), cache_dir, deadline) \
+            timed_model, comp, Device(DeviceName.DEFAULT, 0, spec), cache_dir, deadline) \
             if time_model and not_timed is None else None
         report = targets.tune(
-            comp.build_module(), spec, trials=trials,
+            comp.build_module(spec=spec), spec, trials=trials,
             minutes=None if deadline is None else (deadline - time.monotonic()) / 60,
             cache_dir=cache_dir, label=_model_label(model), progress=progress,
             keep_best=keep_best, tracker=tracker,

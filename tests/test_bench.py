@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import odla_tvm as odla
 from odla_tvm import Status
 from odla_tvm.bench import driver
+from odla_tvm.bench.accuracy import accuracy
 from odla_tvm.bench.models import model_inputs
 from odla_tvm.bench.report import chart, report
 from odla_tvm.bench.results import ModelResult, PathResult
@@ -36,6 +37,35 @@ def mlp_onnx(path, batch="batch"):
          for n, s in weights.items()])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
     return str(path)
+
+
+def test_in_a_reduced_precision_the_bench_notes_each_path_s_accuracy(tmp_path):
+    model = mlp_onnx(tmp_path / "mlp.onnx")
+    (result,) = driver.bench_models([("mlp", model)], runs=3, cache_dir=tmp_path, seconds=0.05,
+                                    precision="bf16")
+    assert not result.error, result.error
+    assert result.precision == "bf16" and result.paths["onnxruntime"].accuracy is None
+    compared = ["default", "tvm", "cached"] + ([] if driver.openvino_missing() else ["openvino"])
+    for path in compared:
+        accuracy = result.paths[path].accuracy
+        assert 0 < accuracy.max_abs_diff < 0.1 and accuracy.cosine > 0.999, (path, accuracy)
+        assert accuracy.top1 in (0.0, 1.0)  # one row of 4 class scores
+    text = report([result], OVERHEAD, 2, 30, (0.5, 0.7), chart="perf.png")
+    assert "## Accuracy in bf16 against float32" in text and "INFERENCE_PRECISION_HINT bf16" in text
+    assert "| mlp | default | " in text and "| mlp | tvm | " in text
+
+
+def test_accuracy_against_float32():
+    expected = [np.array([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2]]), np.ones(2)]
+    got = [np.array([[0.1, 0.6, 0.3], [0.2, 0.3, 0.5]]), np.ones(2)]
+    measured = accuracy(got, expected)
+    flat_got, flat_expected = (np.concatenate([a.ravel() for a in x]) for x in (got, expected))
+    assert measured.max_abs_diff == pytest.approx(0.3)
+    assert measured.cosine == pytest.approx(flat_got @ flat_expected / np.linalg.norm(flat_got)
+                                            / np.linalg.norm(flat_expected))
+    assert measured.top1 == 0.5
+    assert accuracy([np.ones((2, 3, 4))], [np.ones((2, 3, 4))]).top1 is None
+    assert accuracy([np.ones((2, 3, 4))], [np.ones((2, 3, 4))]).cosine == pytest.approx(1.0)
 
 
 def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):

@@ -6,6 +6,7 @@ Python API computes them; `bench` writes only where -o says."""
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -72,6 +73,12 @@ MISTAKES = [
      "ODLA DeviceName: one of DEFAULT, "),
     (["run", "{model}", "--precision", "int8"], 2, "odla-tvm run: error: --precision is 'int8'; "
      "expected one of fp32, bf16, fp16"),
+    (["bench", "{model}", "--precision", "int8"], 2, "odla-tvm bench: error: --precision is "
+     "'int8'; expected one of fp32, bf16, fp16"),
+    (["export", "{model}", "-o", "new", "--precision", "fp8"], 2, "odla-tvm export: error: "
+     "--precision is 'fp8'; expected one of fp32, bf16, fp16"),
+    (["tune", "{model}", "--precision", "half"], 2, "odla-tvm tune: error: --precision is "
+     "'half'; expected one of fp32, bf16, fp16"),
     (["run", "{model}", "--output", "{text}"], 2, "notes.txt' exists; refusing to overwrite it "
      "(give a new path, or add --force to replace it)"),
     (["run", "{model}", "--output", "{dir}"], 2, "folder' is a directory; expected a file name"),
@@ -203,6 +210,26 @@ def test_run_a_stored_executable_and_a_dynamic_model_in_a_precision(files, capsy
     assert "(device DEFAULT, fp16)" in printed
     data = random_inputs(odla.Session.from_onnx(dynamic).executable)["x"]
     np.testing.assert_allclose(np.load("d.npz")["y"], data @ W + B, rtol=2e-2, atol=2e-2)
+
+
+def test_export_and_tune_compile_in_the_precision_asked_for(files, capsys, tmp_path,
+                                                            monkeypatch):
+    """Their jobs replaced by stand-ins that note what they were given."""
+    given = {}
+    monkeypatch.setattr(cli_module, "export_bundle", lambda model, *_args, **_kw:
+                        given.setdefault("export", model.precision()) and tmp_path)
+    (tmp_path / "README.txt").write_text("")
+    assert cli(["export", files["model"], "-o", "b", "--precision", "bf16"]) == 0
+    monkeypatch.setattr("odla_tvm.tuning.tune", lambda *_args, **kw: SimpleNamespace(
+        summary=lambda: given.setdefault("tune", kw["precision"])))
+    assert cli(["tune", files["model"], "--precision", "fp16"]) == 0
+    assert given == {"export": "bf16-performance", "tune": "fp16"}
+    stored = str(tmp_path / "m.odla")
+    odla.Session.from_onnx(files["model"]).save(stored)
+    for command in (["export", stored, "-o", "b2"], ["tune", stored]):
+        assert cli([*command, "--precision", "bf16"]) == 2
+        assert "--precision bf16 applies where MODEL compiles here" in \
+            _one_line(capsys.readouterr().err)
 
 
 def test_bench_writes_only_where_o_says_and_leaves_a_repository_clean(files, capsys, tmp_path,

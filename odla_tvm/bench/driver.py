@@ -7,7 +7,9 @@ the reference for outputs and ratios; ``openvino`` where installed (the ``bench`
 again in a new process that imports odla_tvm alone and loads the engine ``default`` kept (what
 a served process does). Only ``tuned`` sees tuning records; every path gets the same inputs
 and threads, and they are timed in turns (timing.latency_in_turns) so that drift in the
-machine's load reaches each alike.
+machine's load reaches each alike. In a reduced precision, the ODLA paths and OpenVINO compute
+in it (onnxruntime, the reference, in float32), and each path's accuracy against
+onnxruntime's outputs is noted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import targets
 from toolchain import cache_dir as default_cache_dir
 
 from ..types import OdlaError, Status, check_count
+from .accuracy import accuracy
 from .models import LIGHT_MODELS, model_files, model_inputs, read_model
 from .process import PathProcess
 from .results import MATCH_ATOL, MATCH_RTOL, PATHS, ModelResult, PathResult
@@ -62,11 +65,12 @@ def _matches(outputs, expected) -> bool:
 
 
 def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cache_dir=None,
-                batch: int = 1, seconds: float = 3.0) -> ModelResult:
+                batch: int = 1, seconds: float = 3.0, precision: str | None = None) -> ModelResult:
     """Times the ONNX model in ``model_path`` on every path (see the module's doc): onnxruntime
     first (the reference), then the rest in turns (the pure-TVM build alone first, where its
-    first run is slower than IN_TURNS_MAX_S)."""
-    result = ModelResult(name, os.fspath(model_path))
+    first run is slower than IN_TURNS_MAX_S); ``precision``: as Session.from_onnx's."""
+    precision = None if precision == "fp32" else precision
+    result = ModelResult(name, os.fspath(model_path), precision=precision)
     feeds = model_inputs(read_model(model_path), batch)
     tuning_dir = cache_dir if cache_dir is not None else default_cache_dir()
     processes: dict[str, PathProcess] = {}
@@ -74,7 +78,8 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
 
     def start(path: str, cache: str) -> PathProcess | None:
         log.info("%s: %s: importing and compiling", name, path)
-        process = processes[path] = PathProcess(path, result.path, feeds, threads, cache)
+        process = processes[path] = PathProcess(path, result.path, feeds, threads, cache,
+                                                precision)
         ready = process.ready
         result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
                                         error=process.error,
@@ -85,7 +90,10 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
             stop(path)
             return None
         if expected is not None:
-            result.paths[path].match = _matches(ready.pop("outputs"), expected)
+            outputs = ready.pop("outputs")
+            result.paths[path].match = _matches(outputs, expected)
+            if precision is not None:
+                result.paths[path].accuracy = accuracy(outputs, expected)
         return process
 
     def stop(path: str) -> None:
@@ -144,9 +152,10 @@ def _tuned(result: ModelResult, process, tuning_dir, stop) -> None:
 
 
 def bench_models(models: list[tuple[str, str]], threads: int = 2, runs: int = 5, cache_dir=None,
-                 batch: int = 1, seconds: float = 3.0, on_result=None) -> list[ModelResult]:
-    """Times each (name, ONNX path); a model that fails is reported with its error. Every
-    model's file and inputs are checked first."""
+                 batch: int = 1, seconds: float = 3.0, on_result=None,
+                 precision: str | None = None) -> list[ModelResult]:
+    """Times each (name, ONNX path) in ``precision`` (see bench_model); a model that fails is
+    reported with its error. Every model's file and inputs are checked first."""
     check_count(threads, 1, "threads")
     check_count(runs, 3, "runs")
     missing = onnxruntime_missing()
@@ -157,7 +166,7 @@ def bench_models(models: list[tuple[str, str]], threads: int = 2, runs: int = 5,
     results = []
     for name, path in models:
         try:
-            result = bench_model(name, path, threads, runs, cache_dir, batch, seconds)
+            result = bench_model(name, path, threads, runs, cache_dir, batch, seconds, precision)
         except Exception as err:  # noqa: BLE001 (one model's failure is a row of the report)
             result = ModelResult(name, path, error=f"{type(err).__name__}: {err}"[:300])
         results.append(result)

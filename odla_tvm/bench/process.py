@@ -19,7 +19,8 @@ class PathProcess:
     compiles the model when started (``ready``: load_s, first_s, outputs, or ``error``), runs
     it when asked (``turn``), and reports its peak RSS in MB when closed."""
 
-    def __init__(self, path: str, model: str, feeds: dict, threads: int, cache_dir: str):
+    def __init__(self, path: str, model: str, feeds: dict, threads: int, cache_dir: str,
+                 precision: str | None = None):
         self.path = path
         self._stderr = tempfile.TemporaryFile()
         root = os.path.dirname(os.path.dirname(os.path.dirname(WORKER)))  # odla_tvm's parent
@@ -30,7 +31,7 @@ class PathProcess:
                                          stdout=subprocess.PIPE, stderr=self._stderr, env=env)
         try:
             self._send({"path": path, "model": model, "feeds": feeds, "threads": threads,
-                        "cache_dir": cache_dir})
+                        "cache_dir": cache_dir, "precision": precision})
             self.ready = self._receive()
         except OdlaError as err:
             self.ready = {"error": err.message}

@@ -18,6 +18,7 @@ from .driver import BENCH_EXTRA, IN_TURNS, IN_TURNS_MAX_S
 from .models import TARGET_MODELS
 from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, ms
 from .timing import ALONE_BUDGET_S, SLOW_RUN_S
+from .worker import OPENVINO_HINTS
 
 # The report's first line: how `odla-tvm bench` knows a file it may replace.
 TITLE = "# Performance: ODLA-TVM against onnxruntime and OpenVINO"
@@ -65,7 +66,8 @@ def _machine_section(threads, seconds, load) -> list[str]:
         "",
         (f"Batch 1 (or `--batch`), {threads} threads on every path (TVM_NUM_THREADS, which "
          "oneDNN follows; onnxruntime's intra_op_num_threads; OpenVINO's "
-         "INFERENCE_NUM_THREADS, with float32 inference precision), "
+         "INFERENCE_NUM_THREADS, with float32 inference precision unless `--precision` says; "
+         "see the accuracy section then), "
          "the same inputs (floats seeded standard normal, masks ones, token ids seeded in "
          "[0, 1000)), no tuning records but in *tuned*. Each path runs in a process of its own "
          "that imports and compiles the model, runs it and reports its peak RSS "
@@ -120,6 +122,25 @@ def _table_section(results: list[ModelResult]) -> list[str]:
             f"{_each([_check_share(r, p) for p in ('default', 'tvm')], str)} | "
             f"{_each([turns, path('tvm') and path('tvm').runs or None], str)} |")
     return lines + [""]
+
+
+def _accuracy_section(results: list[ModelResult]) -> list[str]:
+    """In a reduced precision: each path's outputs against the float32 model's."""
+    rows = [(r.name, p, result.accuracy) for r in results for p, result in r.paths.items()
+            if result.accuracy is not None]
+    if not rows:
+        return []
+    precision = next(r.precision for r in results if r.precision)
+    return [f"## Accuracy in {precision} against float32", "",
+            f"*default*, *tvm* (odla-tvm's `--precision {precision}`: FP16_MODE, or BF16_MODE's "
+            "performance mode) and OpenVINO (INFERENCE_PRECISION_HINT "
+            f"{OPENVINO_HINTS[precision]}) against onnxruntime's float32 outputs: the largest "
+            "absolute difference, the cosine similarity of all outputs, and for a classifier "
+            "the share of batch rows whose top-1 class agrees.", "",
+            "| model | path | max abs diff | cosine similarity | top-1 agreement |",
+            "| --- | --- | ---: | ---: | ---: |"] + [
+        f"| {name} | {path} | {a.max_abs_diff:.2e} | {a.cosine:.6f} | "
+        f"{'-' if a.top1 is None else f'{a.top1:.2f}'} |" for name, path, a in rows] + [""]
 
 
 def _check_share(result: ModelResult, path: str) -> str | None:
@@ -238,7 +259,7 @@ def report(results: list[ModelResult], overhead: dict[str, float], threads: int,
     ended; ``cache_dir``: where the tuning records came from (None: the user's cache);
     ``chart``: the chart's file name beside the report (None: ``why_no_chart``)."""
     lines = (_machine_section(threads, seconds, load) + _table_section(results)
-             + _notes_section(results) + _geo_mean_section(results)
+             + _accuracy_section(results) + _notes_section(results) + _geo_mean_section(results)
              + cached_section(results) + _chart_section(chart, why_no_chart)
              + _tuned_section(results, cache_dir)
              + overhead_section(overhead))

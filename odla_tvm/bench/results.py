@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .accuracy import Accuracy
+
 # A path's outputs match where they lie this close to onnxruntime's.
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
 PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached")
@@ -28,6 +30,8 @@ class PathResult:
     compiler_mapped: bool | None = None
     import_s: float | None = None
     first_s: float | None = None
+    # In a reduced precision: its outputs against the float32 model's (onnxruntime's).
+    accuracy: Accuracy | None = None
 
     def load_to_first_result_s(self) -> float | None:
         """From the start of the load to the first run's outputs, the import apart."""
@@ -44,6 +48,7 @@ class ModelResult:
     tuning_trials: int = 0  # trials the database's run log spent on this model
     tuning_minutes: float = 0.0
     error: str = ""  # the model did not run (onnxruntime, the reference, failed)
+    precision: str | None = None  # the ODLA and OpenVINO paths' ("bf16", "fp16"; None: fp32)
 
     def seconds(self, path: str) -> float | None:
         return self.paths[path].seconds if path in self.paths else None

@@ -16,6 +16,8 @@ import time
 
 ODLA_PATHS = {"default": "DEFAULT", "tvm": "INTEL_X86", "tuned": "INTEL_X86",
               "cached": "DEFAULT"}
+# OpenVINO's INFERENCE_PRECISION_HINT for the job's precision (odla_tvm.session.PRECISIONS).
+OPENVINO_HINTS = {None: "f32", "fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 
 def _odla(job):
@@ -31,7 +33,7 @@ def _odla(job):
     device = odla.allocate_device(device_name=odla.DeviceName[ODLA_PATHS[path]])
     session = odla.Session.from_onnx(job["model"], device,
                                      engine_cache=path != "tuned",
-                                     cache_dir=job["cache_dir"])
+                                     cache_dir=job["cache_dir"], precision=job["precision"])
     module, feeds = session.executable.module, job["feeds"]
     info = {"target": device.target.name, "tuned_kernels": len(module.tuned_kernels),
             "kernels": len(module.kernel_bindings)}
@@ -61,10 +63,11 @@ def _onnxruntime(job):
 def _openvino(job):
     import openvino
 
-    # float32 as the other paths: on CPUs with bfloat16 units (AMX, AVX512-BF16) OpenVINO's CPU
-    # plugin computes in bfloat16 unless told, and misses onnxruntime's outputs by 1e-2.
+    # The precision of the other paths, told: on CPUs with bfloat16 units (AMX, AVX512-BF16)
+    # OpenVINO's CPU plugin computes in bfloat16 unless told, even for a float32 bench.
     compiled = openvino.Core().compile_model(job["model"], "CPU", {
-        "INFERENCE_NUM_THREADS": job["threads"], "INFERENCE_PRECISION_HINT": "f32"})
+        "INFERENCE_NUM_THREADS": job["threads"],
+        "INFERENCE_PRECISION_HINT": OPENVINO_HINTS[job["precision"]]})
     request, feeds = compiled.create_infer_request(), job["feeds"]
 
     def run():
@@ -139,7 +142,7 @@ def peak_rss_mb() -> float:
 def main() -> None:
     """Serves the bench: pickles on stdin, replies pickled on the process's original stdout
     (what libraries print goes to stderr). The job (a dict: path, model, feeds, threads,
-    cache_dir) comes first; the reply gives ``import_s`` (the path's package),
+    cache_dir, precision) comes first; the reply gives ``import_s`` (the path's package),
     ``load_s`` (ONNX import and compile, or session creation), ``first_s`` and ``outputs`` of
     the first run and ``compiler_mapped`` then, or ``error``. Then
     ``("turn", untimed, timed)`` runs the model that many times and answers the timed runs'

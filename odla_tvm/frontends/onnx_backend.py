@@ -4,6 +4,8 @@ can drive it and users can write ``prepare(model).run(inputs)``.
     from odla_tvm.frontends import onnx_backend
     rep = onnx_backend.prepare("model.onnx")      # imported and compiled once
     outputs = rep.run([x])                        # or rep.run({"input": x})
+
+``prepare``'s option ``precision`` ("fp32", "bf16" or "fp16") is Session.from_onnx's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from ..data_checks import host_data
 from ..device import DEVICE_ALIASES, allocate_device, available_devices
-from ..session import Session
+from ..session import Session, precision_items
 from ..types import DeviceName, OdlaError, Status
 from . import onnx as onnx_frontend
 from .onnx_converters.registry import InputDataNeeded
@@ -45,9 +47,11 @@ class OdlaBackendRep(BackendRep):
     Small graph inputs whose data ODLA needs when the model is imported (a Reshape's
     target, reduction axes, pads, or what is computed from them) are taken from the feeds of
     a run: the model is compiled for their values, and again when they change (one
-    executable kept per set of values)."""
+    executable kept per set of values). ``precision``: as Session.from_onnx's."""
 
-    def __init__(self, model: onnx.ModelProto, device: str):
+    def __init__(self, model: onnx.ModelProto, device: str, precision: str | None = None):
+        precision_items(precision)  # checked before the model is read
+        self.precision = precision
         self.model = onnx_frontend.load_model(model)
         self.device = _odla_device(device)
         initializers = {t.name for t in self.model.graph.initializer}
@@ -56,7 +60,8 @@ class OdlaBackendRep(BackendRep):
         self.data_inputs: list[str] = []  # graph inputs compiled in as constants
         self._sessions: dict[tuple, Session] = {}
         try:
-            self._sessions[()] = Session.from_onnx(self.model, self.device)
+            self._sessions[()] = Session.from_onnx(self.model, self.device,
+                                                   precision=precision)
         except InputDataNeeded as err:
             self.data_inputs += sorted(err.input_ids)
 
@@ -67,7 +72,8 @@ class OdlaBackendRep(BackendRep):
             if key in self._sessions:
                 return self._sessions[key]
             try:
-                session = Session.from_onnx(self.model, self.device, data)
+                session = Session.from_onnx(self.model, self.device, data,
+                                            precision=self.precision)
             except InputDataNeeded as err:
                 if err.input_ids <= set(self.data_inputs):
                     raise
@@ -115,8 +121,11 @@ class OdlaBackend(Backend):
             return False
 
     @classmethod
-    def prepare(cls, model, device: str = "CPU", **kwargs) -> OdlaBackendRep:
-        return OdlaBackendRep(model, device)
+    def prepare(cls, model, device: str = "CPU", precision: str | None = None,
+                **kwargs) -> OdlaBackendRep:
+        """``model`` imported and compiled for ``device`` in ``precision`` ("fp32", "bf16" or
+        "fp16"; default fp32)."""
+        return OdlaBackendRep(model, device, precision)
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs):
