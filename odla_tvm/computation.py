@@ -390,7 +390,8 @@ class Computation:
         bound = {v.handle: v.require_data() for v in self._values.values() if v.kind is ValueKind.VALUE
                  and v.data is not None}
         mod = self._graph.build(params, [v.handle for v in outputs], bound)
-        return relay_bridge.reduce_precision(mod, self.precision())
+        return relay_bridge.reduce_precision(relay_bridge.compute_in_integers(mod),
+                                             self.precision())
 
     def precision(self) -> str | None:
         """The reduced precision FP16_MODE or BF16_MODE asks for, if any."""
