@@ -1,0 +1,251 @@
+"""Quantized ONNX models computed on their 8-bit integers (relay_bridge.integer_products): each
+form (QDQ convolutions per tensor and per channel, QDQ matmuls, QLinearConv, QLinearMatMul,
+MatMulInteger, ConvInteger) on several shapes against a float64 NumPy reference of the same
+integer arithmetic and against onnxruntime on the same file; the built kernels read 8-bit
+operands and are scheduled, the weights stay 8 bits; and two real models quantized by
+onnxruntime's own tools agree with onnxruntime."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+
+import odla_tvm as odla
+from odla_tvm.frontends import onnx as onnx_frontend
+
+try:
+    from . import reference
+    from .test_cpu_schedules import rules_of
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    import reference
+    from test_cpu_schedules import rules_of
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng(11)
+U8, I8 = np.uint8, np.int8
+
+
+def _model(nodes, inputs, output, output_type, initializers) -> onnx.ModelProto:
+    """A graph of ``nodes`` with graph inputs ``inputs`` (name -> array) and one output."""
+    graph = helper.make_graph(
+        nodes, "quantized",
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for name, a in inputs.items()],
+        [helper.make_tensor_value_info(output, output_type, None)],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)  # the output's shape
+
+
+def _levels(shape, dtype, low=None, high=None):
+    limits = np.iinfo(dtype)
+    return RNG.integers(limits.min if low is None else low,
+                        limits.max + 1 if high is None else high, shape).astype(dtype)
+
+
+# Weights of 7 bits where onnxruntime's QLinear and integer ops are compared: its u8 x s8 kernels on AVX2 without VNNI add pairs of
+# products in int16 (vpmaddubsw), which saturates on full-range weights (what its quantizer's
+# reduce_range avoids); odla-tvm's sums are exact either way.
+SEVEN_BITS = (-64, 64)
+
+
+def _scales(count, per_channel):
+    return (RNG.uniform(0.002, 0.02, count if per_channel else ())).astype(np.float32)
+
+
+def _requantized(real, scale, zero, dtype=U8):
+    """What QuantizeLinear makes of float64 ``real``: halves to even, saturated."""
+    limits = np.iinfo(dtype)
+    return np.clip(np.round(real / scale) + zero, limits.min, limits.max).astype(dtype)
+
+
+def _run(model, feeds):
+    """odla-tvm's and onnxruntime's outputs of ``model`` on ``feeds``."""
+    (got,) = odla.Session.from_onnx(model, engine_cache=False).run(feeds)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    (theirs,) = ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+    return got, theirs
+
+
+def _channels(array, rank):
+    return array.reshape((-1,) + (1,) * (rank - 2)) if array.ndim else array
+
+
+def _integer_products(model) -> list:
+    """The conv2d and matmul calls of ``model``'s Relax module as the build lowers it."""
+    mod = onnx_frontend.import_model(model).build_module()
+    calls = []
+    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if (
+        isinstance(e, tvm.relax.Call) and isinstance(e.op, tvm.ir.Op)
+        and e.op.name in ("relax.matmul", "relax.nn.conv2d")) else None)
+    return calls
+
+
+def _check_eight_bit_products(model, count=1):
+    """Each convolution and matmul of ``model`` reads 8-bit operands (a constant 8-bit weight)
+    and accumulates in int32."""
+    calls = _integer_products(model)
+    assert len(calls) == count
+    for call in calls:
+        assert [str(a.ty.dtype) for a in call.args][1] == "int8" and \
+            str(call.args[0].ty.dtype) in ("int8", "uint8") and str(call.ty.dtype) == "int32"
+        assert isinstance(call.args[1], tvm.ir.expr.Constant), call.args[1]
+
+
+# --- QDQ ---------------------------------------------------------------------------------
+
+CONVS = [  # x shape, output channels, kernel, stride, pads, group, dilation
+    ((1, 4, 9, 9), 8, 3, 1, 1, 1, 1), ((2, 3, 7, 6), 6, 1, 1, 0, 1, 1),
+    ((1, 8, 10, 11), 16, 3, 2, 1, 2, 1), ((1, 5, 12, 12), 7, 3, 1, 2, 1, 2)]
+
+
+def _qdq_conv(x_shape, c_out, kernel, stride, pad, group, dilation, per_channel):
+    xq = _levels(x_shape, U8)
+    wq = _levels((c_out, x_shape[1] // group, kernel, kernel), I8, -127)
+    x_scale, x_zero = np.float32(0.03), np.array(113, U8)
+    w_scale = _scales(c_out, per_channel)
+    w_zero = np.zeros(w_scale.shape, I8)
+    bias = RNG.standard_normal(c_out).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+             helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[stride] * 2,
+                              pads=[pad] * 4, group=group, dilations=[dilation] * 2)]
+    model = _model(nodes, {"xq": xq}, "y", TensorProto.FLOAT, {
+        "xs": x_scale, "xz": x_zero, "wq": wq, "ws": w_scale, "wz": w_zero, "b": bias})
+    exact = reference.conv(xq.astype(np.int64) - int(x_zero), wq.astype(np.int64),
+                           strides=[stride] * 2, dilations=[dilation] * 2, pads_front=[pad] * 2,
+                           pads_back=[pad] * 2, group=group)
+    expected = exact * np.float64(x_scale) * _channels(w_scale.astype(np.float64), 4) \
+        + bias.reshape(-1, 1, 1)
+    return model, {"xq": xq}, expected
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("shape", CONVS, ids=lambda s: "x".join(map(str, s[0])))
+def test_qdq_convolutions(shape, per_channel):
+    model, feeds, expected = _qdq_conv(*shape, per_channel)
+    _check_eight_bit_products(model)
+    got, theirs = _run(model, feeds)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape,n,per_channel", [((3, 16), 24, False), ((1, 5, 64), 32, True),
+                                                   ((2, 7, 33), 10, True)])
+def test_qdq_matmuls(x_shape, n, per_channel):
+    xq, wq = _levels(x_shape, U8), _levels((x_shape[-1], n), I8, *SEVEN_BITS)
+    x_scale, x_zero, w_scale = np.float32(0.05), np.array(131, U8), _scales(n, per_channel)
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=1),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    model = _model(nodes, {"xq": xq}, "y", TensorProto.FLOAT,
+                   {"xs": x_scale, "xz": x_zero, "wq": wq, "ws": w_scale})
+    _check_eight_bit_products(model)
+    exact = (xq.astype(np.int64) - int(x_zero)) @ wq.astype(np.int64)
+    got, theirs = _run(model, {"xq": xq})
+    np.testing.assert_allclose(got, exact * np.float64(x_scale) * w_scale, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+
+
+# --- the operator format -------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", CONVS[:3], ids=lambda s: "x".join(map(str, s[0])))
+def test_qlinear_convolutions(shape):
+    x_shape, c_out, kernel, stride, pad, group, dilation = shape
+    xq = _levels(x_shape, U8)
+    wq = _levels((c_out, x_shape[1] // group, kernel, kernel), I8, *SEVEN_BITS)
+    x_scale, x_zero, w_scale = np.float32(0.02), np.array(97, U8), _scales(c_out, True)
+    y_scale, y_zero = np.float32(0.05), np.array(120, U8)
+    bias = RNG.integers(-3000, 3000, c_out).astype(np.int32)
+    node = helper.make_node("QLinearConv", ["xq", "xs", "xz", "wq", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], strides=[stride] * 2, pads=[pad] * 4, group=group,
+                            dilations=[dilation] * 2)
+    model = _model([node], {"xq": xq}, "y", TensorProto.UINT8, {
+        "xs": x_scale, "xz": x_zero, "wq": wq, "ws": w_scale, "wz": np.zeros(c_out, I8),
+        "ys": y_scale, "yz": y_zero, "b": bias})
+    _check_eight_bit_products(model)
+    exact = reference.conv(xq.astype(np.int64) - int(x_zero), wq.astype(np.int64), bias,
+                           strides=[stride] * 2, dilations=[dilation] * 2, pads_front=[pad] * 2,
+                           pads_back=[pad] * 2, group=group)
+    real = exact * np.float64(x_scale) * _channels(w_scale.astype(np.float64), 4)
+    got, theirs = _run(model, {"xq": xq})
+    # float32 products of the scales may round a level the other way at a half
+    assert np.abs(got.astype(int) - _requantized(real, y_scale, y_zero)).max() <= 1
+    assert np.abs(got.astype(int) - theirs).max() <= 1
+
+
+@pytest.mark.parametrize("a_shape,n", [((4, 16), 8), ((2, 3, 40), 24)])
+def test_qlinear_matmuls(a_shape, n):
+    aq, bq = _levels(a_shape, U8), _levels((a_shape[-1], n), I8, *SEVEN_BITS)
+    a_scale, a_zero, b_scale = np.float32(0.04), np.array(125, U8), np.float32(0.01)
+    y_scale, y_zero = np.float32(0.2), np.array(128, U8)
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    model = _model([node], {"a": aq}, "y", TensorProto.UINT8, {
+        "as": a_scale, "az": a_zero, "b": bq, "bs": b_scale, "bz": np.array(0, I8),
+        "ys": y_scale, "yz": y_zero})
+    _check_eight_bit_products(model)
+    real = ((aq.astype(np.int64) - int(a_zero)) @ bq.astype(np.int64)) * np.float64(a_scale) \
+        * np.float64(b_scale)
+    got, theirs = _run(model, {"a": aq})
+    assert np.abs(got.astype(int) - _requantized(real, y_scale, y_zero)).max() <= 1
+    assert np.abs(got.astype(int) - theirs).max() <= 1
+
+
+# --- integer products ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_shape,n,b_dtype", [((4, 16), 8, I8), ((2, 5, 48), 16, I8),
+                                               ((3, 20), 12, U8)])
+def test_matmul_integer(a_shape, n, b_dtype):
+    aq, a_zero = _levels(a_shape, U8), np.array(140, U8)
+    # uint8 weights around their zero point of 128 (as int8 after it is subtracted)
+    b_zero = np.array(128 if b_dtype == U8 else 0, b_dtype)
+    bq = (_levels((a_shape[-1], n), I8, *SEVEN_BITS) + b_zero).astype(b_dtype)
+    node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    model = _model([node], {"a": aq}, "y", TensorProto.INT32,
+                   {"b": bq, "az": a_zero, "bz": b_zero})
+    _check_eight_bit_products(model)
+    got, theirs = _run(model, {"a": aq})
+    expected = (aq.astype(np.int64) - int(a_zero)) @ (bq.astype(np.int64) - int(b_zero))
+    np.testing.assert_array_equal(got, expected.astype(np.int32))
+    np.testing.assert_array_equal(got, theirs)
+
+
+@pytest.mark.parametrize("shape", [CONVS[0], CONVS[1], CONVS[3]],
+                         ids=lambda s: "x".join(map(str, s[0])))
+def test_conv_integer(shape):
+    x_shape, c_out, kernel, stride, pad, group, dilation = shape
+    xq, x_zero = _levels(x_shape, U8), np.array(77, U8)
+    # uint8 weights (what onnxruntime's ConvInteger takes) within 8 bits of their zero point
+    wq, w_zero = _levels((c_out, x_shape[1], kernel, kernel), U8, 30, 220), np.array(100, U8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], strides=[stride] * 2,
+                            pads=[pad] * 4, dilations=[dilation] * 2)
+    model = _model([node], {"x": xq}, "y", TensorProto.INT32, {"w": wq, "xz": x_zero,
+                                                               "wz": w_zero})
+    _check_eight_bit_products(model)
+    got, theirs = _run(model, {"x": xq})
+    expected = reference.conv(xq.astype(np.int64) - int(x_zero),
+                              wq.astype(np.int64) - int(w_zero), strides=[stride] * 2,
+                              dilations=[dilation] * 2, pads_front=[pad] * 2, pads_back=[pad] * 2)
+    np.testing.assert_array_equal(got, expected.astype(np.int32))
+    np.testing.assert_array_equal(got, theirs)
+
+
+def test_weights_that_do_not_fit_eight_bits_keep_the_widened_product():
+    """uint8 weights far from their zero point span more than 8 bits once it is subtracted:
+    the product stays in int32, and right."""
+    aq, bq = _levels((3, 16), U8), _levels((16, 4), U8)
+    bq[0, 0], bq[1, 1] = 0, 255
+    node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    model = _model([node], {"a": aq}, "y", TensorProto.INT32,
+                   {"b": bq, "az": np.array(3, U8), "bz": np.array(10, U8)})
+    (call,) = _integer_products(model)
+    assert str(call.args[1].ty.dtype) == "int32"
+    got, theirs = _run(model, {"a": aq})
+    np.testing.assert_array_equal(got, (aq.astype(np.int64) - 3) @ (bq.astype(np.int64) - 10))
+    np.testing.assert_array_equal(got, theirs)
