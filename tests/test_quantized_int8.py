@@ -20,10 +20,10 @@ from odla_tvm.frontends import onnx as onnx_frontend
 
 try:
     from . import reference
-    from .test_cpu_schedules import rules_of
+    from .test_cpu_schedules import _scheduled_kernels, rules_of
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     import reference
-    from test_cpu_schedules import rules_of
+    from test_cpu_schedules import _scheduled_kernels, rules_of
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(11)
@@ -249,3 +249,87 @@ def test_weights_that_do_not_fit_eight_bits_keep_the_widened_product():
     got, theirs = _run(model, {"a": aq})
     np.testing.assert_array_equal(got, (aq.astype(np.int64) - 3) @ (bq.astype(np.int64) - 10))
     np.testing.assert_array_equal(got, theirs)
+
+
+# --- real models ---------------------------------------------------------------------------
+
+def _light_squeezenet() -> tuple[onnx.ModelProto, str]:
+    """onnx's light squeezenet with seeded weights where it fills them with one value
+    (ConstantOfShape), at IR 7 and opset 13 (what onnxruntime's quantizer takes), and the
+    name of its image input."""
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx")
+    model, rng = onnx.load(path), np.random.default_rng(3)
+    graph = model.graph
+    filled = {n.input[0]: n for n in graph.node if n.op_type == "ConstantOfShape"}
+    for init in [i for i in graph.initializer if i.name in filled]:
+        dims, node = numpy_helper.to_array(init), filled[init.name]
+        spread = np.sqrt(2 / np.prod(dims[1:])) if len(dims) > 1 else 0.1
+        graph.initializer.append(numpy_helper.from_array(
+            (rng.standard_normal(dims) * spread).astype(np.float32), node.output[0]))
+        graph.node.remove(node)
+        graph.initializer.remove(init)
+    dropout = next(n for n in graph.node if n.op_type == "Dropout")  # an identity here
+    for node in graph.node:
+        node.input[:] = [dropout.input[0] if x == dropout.output[0] else x for x in node.input]
+    graph.node.remove(dropout)
+    weights = {i.name for i in graph.initializer} | set(filled)  # IR 3 lists them as inputs
+    for value in [v for v in graph.input if v.name in weights]:
+        graph.input.remove(value)
+    model.ir_version, model.opset_import[0].version = 7, 13
+    return model, graph.input[0].name
+
+
+class _Images:
+    def __init__(self, name, count=4):
+        rng = np.random.default_rng(0)
+        self.feeds = iter([{name: rng.random((1, 3, 224, 224), np.float32)}
+                           for _ in range(count)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+@pytest.fixture(scope="module")
+def quantized_squeezenet(tmp_path_factory):
+    """(the float32 model, the QDQ model onnxruntime's quantize_static makes of it per channel
+    from random calibration images, the input's name)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    model, name = _light_squeezenet()
+    folder = tmp_path_factory.mktemp("squeezenet")
+    onnx.save(model, folder / "float32.onnx")
+    reader = type("Reader", (_Images, quantization.CalibrationDataReader), {})(name)
+    quantization.quantize_static(folder / "float32.onnx", folder / "int8.onnx", reader,
+                                 quant_format=quantization.QuantFormat.QDQ, per_channel=True)
+    return model, onnx.load(folder / "int8.onnx"), name
+
+
+def test_a_qdq_squeezenet_agrees_with_onnxruntime(quantized_squeezenet):
+    model, quantized, name = quantized_squeezenet
+    images = {name: np.random.default_rng(1).random((1, 3, 224, 224), np.float32)}
+    (exact,) = ort.InferenceSession(model.SerializeToString()).run(None, images)
+    got, theirs = _run(quantized, images)
+    assert np.abs(got - exact).max() <= max(np.abs(theirs - exact).max(), 1 / 255) + 1e-6
+    assert np.abs(got - theirs).max() <= 1 / 255 + 1e-6  # a level of its uint8 output at most
+    _check_eight_bit_products(quantized, 26)
+
+
+def test_every_kernel_of_an_int8_build_is_scheduled_on_eight_bits(quantized_squeezenet):
+    """The convolutions are Contraction's, each reading 8-bit activations and weights;
+    no kernel is left to Fallback; the build keeps no float32 weights."""
+    mod = onnx_frontend.import_model(quantized_squeezenet[1]).build_module()
+    rules = rules_of(mod)  # asserts that no kernel is left unscheduled
+    convs = [k for k in rules if "conv2d" in k]
+    assert convs and all(rules[k] == "Contraction" for k in convs), rules
+    # the classifier's softmax (with its QDQ pair) is Fallback's as in a float32 build
+    assert "Fallback" not in [r for k, r in rules.items() if "softmax" not in k], rules
+    scheduled = _scheduled_kernels(mod)
+    for gv, func in scheduled.functions_items():
+        if gv.name_hint in convs:
+            operands = {str(p.dtype) for p in func.params[:2]}  # the data, the weights
+            assert operands <= {"uint8", "int8"}, (gv.name_hint, operands)
+    weights = []
+    tvm.relax.analysis.post_order_visit(scheduled["main"], lambda e: weights.append(e) if (
+        isinstance(e, tvm.ir.expr.Constant) and hasattr(e.value, "numpy")
+        and e.value.numpy().size > 1024) else None)
+    # int8 weights; int32 constants are the zero point's window sums of padded convolutions
+    assert weights and {str(w.ty.dtype) for w in weights} == {"int8", "int32"}
