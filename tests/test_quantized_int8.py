@@ -333,3 +333,13 @@ def test_every_kernel_of_an_int8_build_is_scheduled_on_eight_bits(quantized_sque
         and e.value.numpy().size > 1024) else None)
     # int8 weights; int32 constants are the zero point's window sums of padded convolutions
     assert weights and {str(w.ty.dtype) for w in weights} == {"int8", "int32"}
+
+
+def test_onednn_leaves_an_int8_graph_to_tvm(quantized_squeezenet):
+    """oneDNN's primitives here are float32's: its pools and concatenations between TVM's
+    integer convolutions would only cut the graph into regions."""
+    from targets.plugins.onednn import policy
+
+    float32, int8 = (onnx_frontend.import_model(m).build_module() for m in quantized_squeezenet[:2])
+    assert "integer products" in policy.declines(int8)
+    assert "integer products" not in (policy.declines(float32) or "")

@@ -306,6 +306,13 @@ def matmul_share(func: relax.Function) -> float:
     return _multiply_add_share(func, lambda call, _lookup: op_name(call) == "relax.matmul")
 
 
+def integer_share(func: relax.Function) -> float:
+    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in those that
+    accumulate integers (8-bit operands: relay_bridge.integer_products); 0.0 where it has
+    none."""
+    return _multiply_add_share(func, lambda call, _lookup: str(call.ty.dtype).startswith("int"))
+
+
 @relax.expr_functor.mutator
 class _WinogradConvs(relax.expr_functor.PyExprMutator):
     def __init__(self, mod):
