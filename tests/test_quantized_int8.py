@@ -343,3 +343,45 @@ def test_onednn_leaves_an_int8_graph_to_tvm(quantized_squeezenet):
     float32, int8 = (onnx_frontend.import_model(m).build_module() for m in quantized_squeezenet[:2])
     assert "integer products" in policy.declines(int8)
     assert "integer products" not in (policy.declines(float32) or "")
+
+
+def _transformer_block(seq=16, width=64) -> onnx.ModelProto:
+    """Attention (QKV and output projections, Q K^T, softmax, @V) and a ReLU MLP with
+    residuals, in float32: the matmuls quantize_dynamic quantizes."""
+    rng = np.random.default_rng(5)
+    weights = {name: (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+               for name, shape in [("wq", (width, width)), ("wk", (width, width)),
+                                   ("wv", (width, width)), ("wo", (width, width)),
+                                   ("up", (width, 4 * width)), ("down", (4 * width, width))]}
+    weights["scale"] = np.float32(1 / np.sqrt(width))
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", w], [w + "_x"]) for w in ("wq", "wk", "wv")] + [
+        node("Transpose", ["wk_x"], ["kt"], perm=[0, 2, 1]),
+        node("MatMul", ["wq_x", "kt"], ["scores"]), node("Mul", ["scores", "scale"], ["scaled"]),
+        node("Softmax", ["scaled"], ["attention"], axis=-1),
+        node("MatMul", ["attention", "wv_x"], ["mixed"]), node("MatMul", ["mixed", "wo"], ["o"]),
+        node("Add", ["x", "o"], ["h"]), node("MatMul", ["h", "up"], ["u"]),
+        node("Relu", ["u"], ["r"]), node("MatMul", ["r", "down"], ["d"]),
+        node("Add", ["h", "d"], ["y"])]
+    x = np.zeros((1, seq, width), np.float32)
+    return _model(nodes, {"x": x}, "y", TensorProto.FLOAT, weights)
+
+
+def test_a_dynamically_quantized_transformer_block_agrees_with_onnxruntime(tmp_path):
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    model = _transformer_block()
+    onnx.save(model, tmp_path / "float32.onnx")
+    quantization.quantize_dynamic(tmp_path / "float32.onnx", tmp_path / "int8.onnx",
+                                  weight_type=quantization.QuantType.QInt8)
+    quantized = onnx.load(tmp_path / "int8.onnx")
+    assert "MatMulInteger" in {n.op_type for n in quantized.graph.node}
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 16, 64)).astype(np.float32)}
+    (exact,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    got, theirs = _run(quantized, feeds)
+    theirs_error = np.abs(theirs - exact).max()
+    assert np.abs(got - exact).max() <= 1.5 * theirs_error
+    assert np.abs(got - theirs).max() <= theirs_error
+    # the products by weights (not Q K^T nor its product by V, of two activations) are 8 bits
+    products = _integer_products(quantized)
+    eight_bit = [c for c in products if str(c.args[1].ty.dtype) == "int8"]
+    assert len(eight_bit) == 6, [str(c.args[1].ty.dtype) for c in products]
