@@ -199,19 +199,22 @@ def test_qlinear_matmuls(a_shape, n):
 
 # --- integer products ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("a_shape,n,b_dtype", [((4, 16), 8, I8), ((2, 5, 48), 16, I8),
-                                               ((3, 20), 12, U8)])
-def test_matmul_integer(a_shape, n, b_dtype):
+@pytest.mark.parametrize("a_shape,n,b_dtype,per_column", [
+    ((4, 16), 8, I8, False), ((2, 5, 48), 16, I8, False), ((3, 20), 12, U8, False),
+    ((6, 6), 6, U8, True)])
+def test_matmul_integer(a_shape, n, b_dtype, per_column):
     aq, a_zero = _levels(a_shape, U8), np.array(140, U8)
-    # uint8 weights around their zero point of 128 (as int8 after it is subtracted)
+    # uint8 weights around their zero points near 128 (int8 after they are subtracted)
     b_zero = np.array(128 if b_dtype == U8 else 0, b_dtype)
+    if per_column:
+        b_zero = _levels(n, U8, 100, 156)
     bq = (_levels((a_shape[-1], n), I8, *SEVEN_BITS) + b_zero).astype(b_dtype)
     node = helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
     model = _model([node], {"a": aq}, "y", TensorProto.INT32,
                    {"b": bq, "az": a_zero, "bz": b_zero})
     _check_eight_bit_products(model)
     got, theirs = _run(model, {"a": aq})
-    expected = (aq.astype(np.int64) - int(a_zero)) @ (bq.astype(np.int64) - int(b_zero))
+    expected = (aq.astype(np.int64) - int(a_zero)) @ (bq.astype(np.int64) - b_zero)
     np.testing.assert_array_equal(got, expected.astype(np.int32))
     np.testing.assert_array_equal(got, theirs)
 
