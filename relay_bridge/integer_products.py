@@ -43,12 +43,17 @@ def _dtype(expr) -> str:
     return str(expr.ty.dtype) if isinstance(expr.ty, relax.TensorType) else ""
 
 
-def _size(expr) -> int | None:
-    dims = expr.ty.shape.values if isinstance(expr.ty, relax.TensorType) and \
-        expr.ty.shape is not None else None
+def _static_dims(expr) -> list[int] | None:
+    ty = expr.ty
+    dims = ty.shape.values if isinstance(ty, relax.TensorType) and ty.shape is not None else None
     if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
         return None
-    return int(np.prod([int(d) for d in dims]))
+    return [int(d) for d in dims]
+
+
+def _size(expr) -> int | None:
+    dims = _static_dims(expr)
+    return None if dims is None else int(np.prod(dims))
 
 
 class _Graph:
@@ -161,13 +166,6 @@ def _window_sums(weight: np.ndarray, attrs, data_dims, out_dims) -> np.ndarray:
     return np.einsum("okl,kh,lw->ohw", sums, *meets)[None]
 
 
-def _static_dims(expr) -> list[int] | None:
-    dims = expr.ty.shape.values if expr.ty.shape is not None else None
-    if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
-        return None
-    return [int(d) for d in dims]
-
-
 def _conv_terms(call, x: _Levels, levels, weight: np.ndarray):
     """(the int32 product, the zero point's window sums, the scale's shape) of a conv2d."""
     attrs = call.attrs
@@ -185,9 +183,9 @@ def _conv_terms(call, x: _Levels, levels, weight: np.ndarray):
     return product, sums, (1, -1, 1, 1)
 
 
-def _matmul_terms(call, x: _Levels, levels, weight: np.ndarray):
+def _matmul_terms(_call, _x: _Levels, levels, weight: np.ndarray):
     """(the int32 product, the zero point's sums, the scale's shape) of a matmul by a 2-D
-    weight."""
+    weight (the arguments _conv_terms takes)."""
     product = R.matmul(levels, constant(weight), out_dtype="int32")
     return product, weight.astype(np.int64).sum(axis=0), (-1,)
 
@@ -246,15 +244,19 @@ class _IntegerProducts(relax.PyExprMutator):
 
 def compute_in_integers(mod: tvm.IRModule) -> tvm.IRModule:
     """``mod`` with each conv2d and matmul of 8-bit operands computed on them (see above)."""
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and _has_dequantized_products(func):
-            mod[gv] = _IntegerProducts(mod).visit_expr(func)
+    rewritten = {gv: _IntegerProducts(mod).visit_expr(func) for gv, func in mod.functions.items()
+                 if isinstance(func, relax.Function) and _has_eight_bit_operands(func)}
+    if not rewritten:
+        return mod
+    for gv, func in rewritten.items():
+        mod[gv] = func
     # The dequantized weights the products no longer read go.
     return relax.transform.DeadCodeElimination()(relax.transform.Normalize()(mod))
 
 
-def _has_dequantized_products(func: relax.Function) -> bool:
+def _has_eight_bit_operands(func: relax.Function) -> bool:
+    """Whether ``func`` has a product and what may make its operands (a rewrite rebuilds a
+    function even where nothing matches)."""
     names = set()
     relax.analysis.post_order_visit(func, lambda e: names.add(_op(e)))
-    return bool(names & set(_PRODUCTS)) and bool(
-        names & {"relax.dequantize", "relax.astype"})
+    return bool(names & set(_PRODUCTS)) and bool(names & {"relax.dequantize", "relax.astype"})
