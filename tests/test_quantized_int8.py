@@ -48,9 +48,9 @@ def _levels(shape, dtype, low=None, high=None):
                         limits.max + 1 if high is None else high, shape).astype(dtype)
 
 
-# Weights of 7 bits where onnxruntime's QLinear and integer ops are compared: its u8 x s8 kernels on AVX2 without VNNI add pairs of
-# products in int16 (vpmaddubsw), which saturates on full-range weights (what its quantizer's
-# reduce_range avoids); odla-tvm's sums are exact either way.
+# Weights of 7 bits where onnxruntime's QLinear and integer ops are compared: its u8 x s8
+# kernels on AVX2 without VNNI add pairs of products in int16 (vpmaddubsw), which saturates on
+# full-range weights (what its quantizer's reduce_range avoids); odla-tvm's sums are exact.
 SEVEN_BITS = (-64, 64)
 
 
@@ -93,7 +93,7 @@ def _check_eight_bit_products(model, count=1):
     calls = _integer_products(model)
     assert len(calls) == count
     for call in calls:
-        assert [str(a.ty.dtype) for a in call.args][1] == "int8" and \
+        assert str(call.args[1].ty.dtype) == "int8" and \
             str(call.args[0].ty.dtype) in ("int8", "uint8") and str(call.ty.dtype) == "int32"
         assert isinstance(call.args[1], tvm.ir.expr.Constant), call.args[1]
 
@@ -260,7 +260,8 @@ def _light_squeezenet() -> tuple[onnx.ModelProto, str]:
     """onnx's light squeezenet with seeded weights where it fills them with one value
     (ConstantOfShape), at IR 7 and opset 13 (what onnxruntime's quantizer takes), and the
     name of its image input."""
-    path = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx")
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                        "light_squeezenet.onnx")
     model, rng = onnx.load(path), np.random.default_rng(3)
     graph = model.graph
     filled = {n.input[0]: n for n in graph.node if n.op_type == "ConstantOfShape"}
