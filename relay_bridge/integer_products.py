@@ -229,6 +229,7 @@ class _IntegerProducts(relax.PyExprMutator):
     def __init__(self, mod=None):
         super().__init__(mod)
         self.graph = _Graph({}, self.visit_expr)
+        self.rewrote = False
 
     def visit_var_binding_(self, binding):
         self.graph.values[binding.var] = binding.value
@@ -239,13 +240,20 @@ class _IntegerProducts(relax.PyExprMutator):
         if _op(call) not in _PRODUCTS:
             return visited
         rewritten = _integer_product(self.graph, call, self.builder_.emit)
+        self.rewrote |= rewritten is not None
         return visited if rewritten is None else rewritten
 
 
 def compute_in_integers(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with each conv2d and matmul of 8-bit operands computed on them (see above)."""
-    rewritten = {gv: _IntegerProducts(mod).visit_expr(func) for gv, func in mod.functions.items()
-                 if isinstance(func, relax.Function) and _has_eight_bit_operands(func)}
+    """``mod`` with each conv2d and matmul of 8-bit operands computed on them (see above); a
+    function with none is kept as it was (not rebuilt: see composites.recognize)."""
+    rewritten = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function) and _has_eight_bit_operands(func):
+            mutator = _IntegerProducts(mod)
+            new_func = mutator.visit_expr(func)
+            if mutator.rewrote:
+                rewritten[gv] = new_func
     if not rewritten:
         return mod
     for gv, func in rewritten.items():
@@ -255,8 +263,7 @@ def compute_in_integers(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def _has_eight_bit_operands(func: relax.Function) -> bool:
-    """Whether ``func`` has a product and what may make its operands (a rewrite rebuilds a
-    function even where nothing matches)."""
+    """Whether ``func`` has a product and what may make its operands 8-bit levels."""
     names = set()
     relax.analysis.post_order_visit(func, lambda e: names.add(_op(e)))
     return bool(names & set(_PRODUCTS)) and bool(names & {"relax.dequantize", "relax.astype"})
