@@ -6,10 +6,11 @@ one product of the 8-bit operands accumulated in int32, with the zero points sub
     sum_k (x - z_x) w' = product(x, w') - z_x sum_k w'      (w' = w - z_w, a constant)
 
 then, for dequantized operands, times s_x s_w in float32. The weights (the right operand, a
-constant) keep 8 bits in the module; their sums are computed here, once."""
+constant, transposed or not) keep 8 bits in the module; their sums are computed here, once."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,12 +27,14 @@ _PRODUCTS = ("relax.matmul", "relax.nn.conv2d")
 @dataclass
 class _Levels:
     """An operand as 8-bit ``levels`` less ``zero`` (an expr, None for 0), times ``scale`` (a
-    float expr with the dequantize's ``axis``; None for an operand widened to int32)."""
+    float expr with the dequantize's ``axis``; None for an operand widened to int32), then
+    transposed by ``axes`` where not None (Gemm's transB of a dequantized weight)."""
 
     levels: relax.Expr
     zero: relax.Expr | None
     scale: relax.Expr | None = None
     axis: int = 0
+    axes: tuple | None = None
 
 
 def _op(expr) -> str | None:
@@ -103,6 +106,13 @@ class _Graph:
             if levels is None or _op(zero) != "relax.astype":
                 return None
             return _Levels(levels, zero)
+        if name == "relax.permute_dims":
+            inner = self.levels(expr.args[0])
+            if inner is None or inner.scale is None or inner.axes is not None:
+                return None
+            rank = expr.ty.ndim
+            axes = range(rank - 1, -1, -1) if expr.attrs.axes is None else expr.attrs.axes
+            return dataclasses.replace(inner, axes=tuple(int(a) % rank for a in axes))
         levels = self.widened(expr)
         return None if levels is None else _Levels(levels, None)
 
@@ -114,19 +124,20 @@ def _weight(graph: _Graph, w: _Levels, channel_axis: int) -> np.ndarray | None:
     zero = np.zeros((), np.int64) if w.zero is None else graph.array(w.zero)
     if levels is None or zero is None:
         return None
-    if w.scale is not None:
-        axis = w.axis % levels.ndim
-        if _size(w.scale) != 1 and (axis != channel_axis
-                                    or _size(w.scale) != levels.shape[channel_axis]):
-            return None
-        if zero.size != 1:  # one per index of the dequantize's axis
-            zero = zero.reshape([-1 if a == axis else 1 for a in range(levels.ndim)])
+    axis = w.axis % levels.ndim
+    if w.scale is not None and zero.size != 1:  # one per index of the dequantize's axis
+        zero = zero.reshape([-1 if a == axis else 1 for a in range(levels.ndim)])
     try:
         shifted = levels.astype(np.int64) - zero.astype(np.int64).reshape(
             zero.shape if zero.size != 1 else ())
     except ValueError:  # a zero point that does not broadcast against the weight
         return None
     if shifted.shape != levels.shape:
+        return None
+    if w.axes is not None:
+        shifted, axis = shifted.transpose(w.axes), w.axes.index(axis)
+    if w.scale is not None and _size(w.scale) != 1 and (
+            axis != channel_axis or _size(w.scale) != shifted.shape[channel_axis]):
         return None
     for dtype in _EIGHT_BITS:
         limits = np.iinfo(dtype)
@@ -196,7 +207,7 @@ def _integer_product(graph: _Graph, call: relax.Call, emit) -> relax.Expr | None
     x, w = graph.levels(call.args[0]), graph.levels(call.args[1])
     if x is None or w is None or (x.scale is None) != (w.scale is None):
         return None
-    if not (_per_tensor(x.zero) and _per_tensor(x.scale)):
+    if x.axes is not None or not (_per_tensor(x.zero) and _per_tensor(x.scale)):
         return None
     is_conv = _op(call) == "relax.nn.conv2d"
     if not is_conv and (w.levels.ty.ndim != 2 or x.levels.ty.ndim < 2):

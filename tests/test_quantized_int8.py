@@ -153,6 +153,26 @@ def test_qdq_matmuls(x_shape, n, per_channel):
     np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m,k,n", [(2, 16, 10), (5, 40, 24)])
+def test_qdq_gemms_by_transposed_weights(m, k, n):
+    """Gemm with transB (a linear layer as exporters write it): the weight [n, k] is
+    dequantized per output channel along its axis 0, then transposed."""
+    xq, wq = _levels((m, k), U8), _levels((n, k), I8, *SEVEN_BITS)
+    x_scale, x_zero, w_scale = np.float32(0.05), np.array(90, U8), _scales(n, True)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["x"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+             helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)]
+    model = _model(nodes, {"xq": xq}, "y", TensorProto.FLOAT, {
+        "xs": x_scale, "xz": x_zero, "wq": wq, "ws": w_scale, "wz": np.zeros(n, I8), "b": bias})
+    _check_eight_bit_products(model)
+    exact = (xq.astype(np.int64) - int(x_zero)) @ wq.astype(np.int64).T
+    got, theirs = _run(model, {"xq": xq})
+    expected = exact * np.float64(x_scale) * w_scale + bias
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+
+
 # --- the operator format -------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape", CONVS[:3], ids=lambda s: "x".join(map(str, s[0])))
