@@ -215,6 +215,11 @@ def _integer_product(graph: _Graph, call: relax.Call, emit) -> relax.Expr | None
     weight = _weight(graph, w, 0 if is_conv else 1)
     if weight is None:
         return None
+    # Every int32 sum (the product, the zero point's term, their difference) is at most 255
+    # times an output's sum of |w'|: where that could overflow, the float32 product stays.
+    reduced = tuple(range(1, weight.ndim)) if is_conv else (0,)
+    if 255 * np.abs(weight.astype(np.int64)).sum(axis=reduced).max(initial=0) >= 2 ** 31:
+        return None
     terms = (_conv_terms if is_conv else _matmul_terms)(call, x, graph.remap(x.levels), weight)
     if terms is None:
         return None
@@ -222,8 +227,6 @@ def _integer_product(graph: _Graph, call: relax.Call, emit) -> relax.Expr | None
     result = emit(product)
     zero = _activation_zero(graph, x)
     if zero is not None:
-        if np.abs(sums).max(initial=0) >= 2 ** 23:
-            return None  # the zero point's term could overflow int32
         correction = emit(R.multiply(emit(zero), constant(sums.astype(np.int32))))
         result = emit(R.subtract(result, correction))
     if x.scale is None:
