@@ -177,12 +177,14 @@ def _window_sums(weight: np.ndarray, attrs, data_dims, out_dims) -> np.ndarray:
     return np.einsum("okl,kh,lw->ohw", sums, *meets)[None]
 
 
-def _conv_terms(call, x: _Levels, levels, weight: np.ndarray):
-    """(the int32 product, the zero point's window sums, the scale's shape) of a conv2d."""
+def _conv_terms(call, x: _Levels, levels, weight: np.ndarray, zero_point: bool):
+    """(the int32 product, the ``zero_point``'s window sums, the scale's shape) of a conv2d."""
     attrs = call.attrs
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
         return None
-    if any(int(p) for p in attrs.padding):
+    if not zero_point:
+        sums = None
+    elif any(int(p) for p in attrs.padding):
         data_dims, out_dims = _static_dims(x.levels), _static_dims(call)
         if data_dims is None or out_dims is None:
             return None
@@ -194,7 +196,7 @@ def _conv_terms(call, x: _Levels, levels, weight: np.ndarray):
     return product, sums, (1, -1, 1, 1)
 
 
-def _matmul_terms(_call, _x: _Levels, levels, weight: np.ndarray):
+def _matmul_terms(_call, _x: _Levels, levels, weight: np.ndarray, _zero_point: bool):
     """(the int32 product, the zero point's sums, the scale's shape) of a matmul by a 2-D
     weight (the arguments _conv_terms takes)."""
     product = R.matmul(levels, constant(weight), out_dtype="int32")
@@ -220,12 +222,13 @@ def _integer_product(graph: _Graph, call: relax.Call, emit) -> relax.Expr | None
     reduced = tuple(range(1, weight.ndim)) if is_conv else (0,)
     if 255 * np.abs(weight.astype(np.int64)).sum(axis=reduced).max(initial=0) >= 2 ** 31:
         return None
-    terms = (_conv_terms if is_conv else _matmul_terms)(call, x, graph.remap(x.levels), weight)
+    zero = _activation_zero(graph, x)
+    terms = (_conv_terms if is_conv else _matmul_terms)(call, x, graph.remap(x.levels), weight,
+                                                        zero is not None)
     if terms is None:
         return None
     product, sums, channel_shape = terms
     result = emit(product)
-    zero = _activation_zero(graph, x)
     if zero is not None:
         correction = emit(R.multiply(emit(zero), constant(sums.astype(np.int32))))
         result = emit(R.subtract(result, correction))

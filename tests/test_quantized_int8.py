@@ -105,10 +105,11 @@ CONVS = [  # x shape, output channels, kernel, stride, pads, group, dilation
     ((1, 8, 10, 11), 16, 3, 2, 1, 2, 1), ((1, 5, 12, 12), 7, 3, 1, 2, 1, 2)]
 
 
-def _qdq_conv(x_shape, c_out, kernel, stride, pad, group, dilation, per_channel):
-    xq = _levels(x_shape, U8)
+def _qdq_conv(x_shape, c_out, kernel, stride, pad, group, dilation, per_channel, x_dtype=U8):
+    """uint8 activations with a zero point of 113, or int8 ones with 0 (symmetric)."""
+    xq = _levels(x_shape, x_dtype)
     wq = _levels((c_out, x_shape[1] // group, kernel, kernel), I8, -127)
-    x_scale, x_zero = np.float32(0.03), np.array(113, U8)
+    x_scale, x_zero = np.float32(0.03), np.array(113 if x_dtype == U8 else 0, x_dtype)
     w_scale = _scales(c_out, per_channel)
     w_zero = np.zeros(w_scale.shape, I8)
     bias = RNG.standard_normal(c_out).astype(np.float32)
@@ -134,6 +135,18 @@ def test_qdq_convolutions(shape, per_channel):
     got, theirs = _run(model, feeds)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_qdq_convolutions_of_symmetric_int8_activations():
+    """int8 activations of zero point 0: no zero point term, padding or not."""
+    for shape in (CONVS[0], CONVS[1]):
+        model, feeds, expected = _qdq_conv(*shape, True, I8)
+        _check_eight_bit_products(model)
+        calls = _integer_products(model)
+        assert str(calls[0].args[0].ty.dtype) == "int8"
+        got, theirs = _run(model, feeds)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("x_shape,n,per_channel", [((3, 16), 24, False), ((1, 5, 64), 32, True),
