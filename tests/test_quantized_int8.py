@@ -16,14 +16,17 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
+import targets
 from odla_tvm.frontends import onnx as onnx_frontend
+from targets.compiler import compile_module
+from targets.plugins.onednn import policy
 
 try:
     from . import reference
-    from .test_cpu_schedules import _scheduled_kernels, rules_of
+    from .test_cpu_schedules import HOST, _scheduled_kernels, relax_module, rules_of
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     import reference
-    from test_cpu_schedules import _scheduled_kernels, rules_of
+    from test_cpu_schedules import HOST, _scheduled_kernels, relax_module, rules_of
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(11)
@@ -375,8 +378,6 @@ def test_every_kernel_of_an_int8_build_is_scheduled_on_eight_bits(quantized_sque
 def test_onednn_leaves_an_int8_graph_to_tvm(quantized_squeezenet):
     """oneDNN's primitives here are float32's: its pools and concatenations between TVM's
     integer convolutions would only cut the graph into regions."""
-    from targets.plugins.onednn import policy
-
     float32, int8 = (onnx_frontend.import_model(m).build_module() for m in quantized_squeezenet[:2])
     assert "integer products" in policy.declines(int8)
     assert "integer products" not in (policy.declines(float32) or "")
@@ -422,3 +423,26 @@ def test_a_dynamically_quantized_transformer_block_agrees_with_onnxruntime(tmp_p
     products = _integer_products(quantized)
     eight_bit = [c for c in products if str(c.args[1].ty.dtype) == "int8"]
     assert len(eight_bit) == 6, [str(c.args[1].ty.dtype) for c in products]
+
+
+@pytest.mark.parametrize("shape", [("matmul", (1, 49, 64), (64, 48)),
+                                   ("conv2d", (1, 8, 9, 9), (16, 8, 3, 3))])
+def test_eight_bit_products_add_pairs_of_steps_on_avx2(shape):
+    """On AVX2, an 8-bit contraction's vectors add two reduction steps a lane (vpmaddwd on
+    operands widened to 16 bits), and the result is exact."""
+    kind, x_shape, w_shape = shape
+    x, w = _levels(x_shape, U8), _levels(w_shape, I8, -127)
+    op = tvm.relax.op
+    mod = relax_module({"x": (x_shape, "uint8")}, lambda v: (
+        op.matmul(v, tvm.relax.const(w, "int8"), out_dtype="int32") if kind == "matmul" else
+        op.nn.conv2d(v, tvm.relax.const(w, "int8"), padding=1, out_dtype="int32")))
+    scheduled = _scheduled_kernels(mod, targets.get_target("x86-64-avx2"))
+    (product,) = [f for gv, f in scheduled.functions_items() if kind in gv.name_hint]
+    assert "llvm.x86.avx2.pmadd.wd" in product.script()
+    (got,) = compile_module(mod, HOST).run([x])
+    if kind == "matmul":
+        expected = x.astype(np.int64) @ w.astype(np.int64)
+    else:
+        expected = reference.conv(x.astype(np.int64), w.astype(np.int64), strides=[1, 1],
+                                  dilations=[1, 1], pads_front=[1, 1], pads_back=[1, 1])
+    np.testing.assert_array_equal(got, expected)
