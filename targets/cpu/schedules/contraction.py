@@ -286,6 +286,7 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
     if pairs is None:
         sch.vectorize(j_vector)
         return fused, jv, reduce[0]
+
     def tensorized():  # after the driver splits off the initialization (the intrinsic has none)
         vector = sch.blockize(j_vector)
         sch.tensorize(vector, pairs[2])
@@ -331,7 +332,8 @@ class Contraction(_Rule):
     vectors of j, accumulated in a local buffer over every reduction step, then passed
     through the epilogue; the tiles run in parallel. With ``pack``, constant B operands are
     laid out per tile when compiling even where j is already their innermost dimension (a
-    tile's rows would lie a row of B apart)."""
+    tile's rows would lie a row of B apart). With ``pairs``, 8-bit operands add two reduction
+    steps a lane where the target has pair_dot's instruction."""
 
     max_rows = 8
     pack = True
