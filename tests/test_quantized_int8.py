@@ -23,10 +23,10 @@ from targets.plugins.onednn import policy
 
 try:
     from . import reference
-    from .test_cpu_schedules import HOST, _scheduled_kernels, relax_module, rules_of
+    from .test_cpu_schedules import AVX512, HOST, _scheduled_kernels, relax_module, rules_of
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     import reference
-    from test_cpu_schedules import HOST, _scheduled_kernels, relax_module, rules_of
+    from test_cpu_schedules import AVX512, HOST, _scheduled_kernels, relax_module, rules_of
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(11)
@@ -426,19 +426,22 @@ def test_a_dynamically_quantized_transformer_block_agrees_with_onnxruntime(tmp_p
 
 
 @pytest.mark.parametrize("shape", [("matmul", (1, 49, 64), (64, 48)),
-                                   ("conv2d", (1, 8, 9, 9), (16, 8, 3, 3))])
-def test_eight_bit_products_add_pairs_of_steps_on_avx2(shape):
-    """On AVX2, an 8-bit contraction's vectors add two reduction steps a lane (vpmaddwd on
-    operands widened to 16 bits), and the result is exact."""
+                                   ("conv2d", (1, 8, 8, 8), (32, 8, 3, 3))])
+def test_eight_bit_products_add_pairs_of_steps_on_x86(shape):
+    """On AVX2 and AVX-512, an 8-bit contraction's vectors add two reduction steps a lane
+    (vpmaddwd on operands widened to 16 bits), and the result is exact."""
     kind, x_shape, w_shape = shape
     x, w = _levels(x_shape, U8), _levels(w_shape, I8, -127)
     op = tvm.relax.op
     mod = relax_module({"x": (x_shape, "uint8")}, lambda v: (
         op.matmul(v, tvm.relax.const(w, "int8"), out_dtype="int32") if kind == "matmul" else
         op.nn.conv2d(v, tvm.relax.const(w, "int8"), padding=1, out_dtype="int32")))
-    scheduled = _scheduled_kernels(mod, targets.get_target("x86-64-avx2"))
-    (product,) = [f for gv, f in scheduled.functions_items() if kind in gv.name_hint]
-    assert "llvm.x86.avx2.pmadd.wd" in product.script()
+    for spec, instruction in ((targets.get_target("x86-64-avx2"), "llvm.x86.avx2.pmadd.wd"),
+                              (AVX512, "llvm.x86.avx512.pmaddw.d.512")):
+        scheduled = _scheduled_kernels(mod, spec)
+        (product,) = [f for gv, f in scheduled.functions_items() if kind in gv.name_hint]
+        assert instruction in product.script()
+    compile_module(mod, AVX512)  # LLVM takes the AVX-512 form (compiled, not run here)
     (got,) = compile_module(mod, HOST).run([x])
     if kind == "matmul":
         expected = x.astype(np.int64) @ w.astype(np.int64)

@@ -302,10 +302,11 @@ def _pairs(sch: s_tir.Schedule, target: Target, info, axes: _Axes, jv: int):
     None."""
     stmt = sch.get(info.block_rv)
     a_read, b_read = stmt.reads[axes.a], stmt.reads[axes.b]
-    intrin = pair_dot.pair_dot_intrin(target, str(a_read.source.dtype), str(b_read.source.dtype),
-                                      str(stmt.writes[0].source.dtype))
-    if intrin is None or jv != pair_dot.LANES or axes.group:
+    found = pair_dot.pair_dot_intrin(target, str(a_read.source.dtype), str(b_read.source.dtype),
+                                     str(stmt.writes[0].source.dtype))
+    if found is None or jv != found[1] or axes.group:
         return None
+    intrin = found[0]
     k = axes.reduce[-1]
     var, extent = info.iters[k].var, _static(info.iters[k].dom)
     if extent is None or extent % pair_dot.STEPS or \
