@@ -399,7 +399,8 @@ class Computation:
         mod = self._graph.build(params, [v.handle for v in outputs], bound)
         precision = self.precision()
         native = precision is None or _computes_itself(spec or targets.host_cpu(), precision)
-        return relay_bridge.reduce_precision(mod, precision, native)
+        return relay_bridge.reduce_precision(relay_bridge.compute_in_integers(mod), precision,
+                                             native)
 
     def precision(self) -> str | None:
         """The reduced precision FP16_MODE or BF16_MODE asks for, if any."""

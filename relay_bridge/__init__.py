@@ -23,6 +23,7 @@ _LOWERING = {
     "register_custom_op": ".custom_ops",
     "DYNAMIC_DIM": ".graph", "GraphBuilder": ".graph", "constant": ".graph",
     "dtype_of": ".graph", "shape_of": ".graph",
+    "compute_in_integers": ".integer_products",
     "PRECISIONS": ".precision", "reduce_precision": ".precision",
     "register": ".registry", "registered_ops": ".registry",
 }
@@ -50,6 +51,7 @@ __all__ = [
     "ValueOutOfRange",
     "constant",
     "computed_constant",
+    "compute_in_integers",
     "constant_view",
     "dtype_of",
     "is_check_call",

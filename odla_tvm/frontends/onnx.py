@@ -352,6 +352,7 @@ class _Importer:
         present = [v for v in inputs if v is not None]
         if (not present or proto.op_type in _NONDETERMINISTIC
                 or any(_constant_data(v) is None for v in present)
+                or _eight_bit_weight(proto, present)
                 or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                        for a in proto.attribute)):
             return None
@@ -368,6 +369,13 @@ class _Importer:
         except Exception as err:  # noqa: BLE001 (the reference may lack the op or this case)
             logger.debug("not folding %s %s: %s", proto.op_type, proto.name, err)
             return None
+
+
+def _eight_bit_weight(proto: onnx.NodeProto, inputs: list) -> bool:
+    """Whether ``proto`` dequantizes 8-bit levels: left unfolded, a convolution or matmul of
+    them computes on the 8 bits (relay_bridge.integer_products) and the weight keeps them."""
+    return proto.op_type == "DequantizeLinear" and proto.domain in ("", "ai.onnx") and \
+        _constant_data(inputs[0]).dtype in (np.int8, np.uint8)
 
 
 def _constant_of_shape(proto: onnx.NodeProto, shape: np.ndarray) -> np.ndarray:

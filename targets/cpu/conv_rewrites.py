@@ -140,7 +140,9 @@ class _PadConvChannels(relax.expr_functor.PyExprMutator):
         o_axis = call.attrs.kernel_layout.index("O")
         groups = int(call.attrs.groups)
         channels, dtype = dims[o_axis] // groups, str(weight.ty.dtype)  # a group's outputs
-        lanes = self.vector_bits // tvm.runtime.DataType(dtype).bits
+        # The vectors are the results': 8-bit products accumulate in int32 vectors.
+        vector_dtype = str(call.ty.dtype) if str(call.ty.dtype).startswith("int") else dtype
+        lanes = self.vector_bits // tvm.runtime.DataType(vector_dtype).bits
         padded = -(-channels // lanes) * lanes
         if groups == 1:
             # Padding a few channels to whole vectors pays; doubling 8 channels' work does not.
@@ -304,6 +306,13 @@ def matmul_share(func: relax.Function) -> float:
     """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in matmuls;
     0.0 where it has none."""
     return _multiply_add_share(func, lambda call, _lookup: op_name(call) == "relax.matmul")
+
+
+def integer_share(func: relax.Function) -> float:
+    """The share of ``func``'s multiply-adds (of its convolutions and matmuls) in those that
+    accumulate integers (8-bit operands: relay_bridge.integer_products); 0.0 where it has
+    none."""
+    return _multiply_add_share(func, lambda call, _lookup: str(call.ty.dtype).startswith("int"))
 
 
 @relax.expr_functor.mutator

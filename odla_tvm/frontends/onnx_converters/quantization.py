@@ -83,19 +83,21 @@ def dynamic_quantize_linear(node: Node):
     return [y, scale, zero_point]
 
 
-def _integer_operand(x, zero_point):
-    """``x - zero_point`` in int32, where integer matrix products accumulate."""
+def _integer_operand(x, zero_point, per_row: bool = False):
+    """``x - zero_point`` in int32, where integer matrix products accumulate (made of the 8
+    bits again when compiling: relay_bridge.integer_products). A 1-D zero point is one per
+    row with ``per_row`` (MatMulInteger's A), else one per index of the last axis."""
     wide = ops.process.cast(x, ElementType.INT32)
     if zero_point is None:
         return wide
-    if rank(zero_point) == 1 and rank(x) >= 2:  # per-row zero points of the left operand
+    if per_row and rank(zero_point) == 1 and rank(x) >= 2:
         zero_point = ops.process.reshape(zero_point, (-1, 1))
     return ops.math.sub(wide, ops.process.cast(zero_point, ElementType.INT32))
 
 
 @converter("MatMulInteger")
 def mat_mul_integer(node: Node):
-    a = _integer_operand(node.input(0), node.input(2))
+    a = _integer_operand(node.input(0), node.input(2), per_row=True)
     b = _integer_operand(node.input(1), node.input(3))
     return ops.math.batch_mat_mul(a, False, b, False, value_id=node.id)
 

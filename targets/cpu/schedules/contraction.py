@@ -7,6 +7,7 @@ where no tile divides them (TVM's pad_einsum)."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import tvm
@@ -18,6 +19,7 @@ from tvm.target import Target
 from .primitives import (_lay_out_again, _layout_free, _maybe_parallel, _pow2_divisor, _PREPROC,
                          _preproc_writer, _region_vars, _static, _static_bytes, _uses, _work,
                          vector_lanes, vector_registers)
+from . import pair_dot
 from .reductions import _schedule_reductions
 from .rule import _reductions, _Rule
 
@@ -226,7 +228,7 @@ def _pad_tiles(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
 
 
 def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Axes,
-                      max_rows: int, pack: bool):
+                      max_rows: int, pack: bool, pairs: bool = False):
     """Register tiles for a multiply-accumulate: j split into vectors (``jv`` lanes) and
     ``jt`` of them, i into ``it`` rows, the reduction loops between the tiles and the tile;
     the tiles fused and run in parallel, the tile unrolled and vectorized. B, when constant,
@@ -246,8 +248,15 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
     free = _layout_free(func, b_read.source) or _preproc_writer(sch, main, axes.b) is not None
     if not contiguous and not free:
         return None
-    if free and (pack or not contiguous):
-        width, dim = jt * jv, axes.b_dim
+    pairs = _pairs(sch, target, info, axes, jv) if free and pairs else None
+    width, dim = jt * jv, axes.b_dim
+    if pairs is not None:
+        # [j / tile, .., k / 2, .., j % tile, k % 2]: a vector's pairs in a row of 16
+        k_dim = pairs[1]
+        _lay_out_again(sch, main, axes.b, lambda *x: (
+            x[dim] // width, *(v // 2 if n == k_dim else v for n, v in enumerate(x) if n != dim),
+            x[dim] % width, x[k_dim] % 2))
+    elif free and (pack or not contiguous):
         _lay_out_again(sch, main, axes.b, lambda *x: (
             x[dim] // width, *(v for n, v in enumerate(x) if n != dim), x[dim] % width))
     loops = [it_.loop_rv for it_ in info.iters]
@@ -263,6 +272,10 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
              + [loops[n] for n in axes.outer_a] + i_loops + j_inside)
     reduce = [loops[n] for n in axes.reduce]
     tile = ([i_tile] if i_tile is not None else []) + [j_tile, j_vector]
+    if pairs is not None:
+        k_outer, k_pair = sch.split(loops[pairs[0]], factors=[None, pair_dot.STEPS])
+        reduce = [k_outer if n == pairs[0] else loops[n] for n in axes.reduce]
+        tile.append(k_pair)
     sch.reorder(*outer, *reduce, *tile)
     work = _work(sch, [*outer, *reduce, *tile])
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
@@ -270,17 +283,47 @@ def _tile_contraction(sch: s_tir.Schedule, func, target: Target, info, axes: _Ax
     if i_tile is not None:
         sch.unroll(i_tile)
     sch.unroll(j_tile)
-    sch.vectorize(j_vector)
-    return fused, jv, reduce[0]
+    if pairs is None:
+        sch.vectorize(j_vector)
+        return fused, jv, reduce[0]
+
+    def tensorized():  # after the driver splits off the initialization (the intrinsic has none)
+        vector = sch.blockize(j_vector)
+        sch.tensorize(vector, pairs[2])
+        return vector
+
+    return fused, jv, reduce[0], tensorized
 
 
-def _contraction_stage(max_rows: int, pack: bool):
-    """A tiling for _schedule_reductions: a multiply-accumulate's (None for other blocks)."""
+def _pairs(sch: s_tir.Schedule, target: Target, info, axes: _Axes, jv: int):
+    """(the iterator, B's dimension, the intrinsic) of a multiply-accumulate of 8-bit A and B
+    into int32 that pair_dot computes: its innermost reduction of even extent is A's last
+    dimension and one dimension of B, its vectors of j as wide as the intrinsic's; else
+    None."""
+    stmt = sch.get(info.block_rv)
+    a_read, b_read = stmt.reads[axes.a], stmt.reads[axes.b]
+    found = pair_dot.pair_dot_intrin(target, str(a_read.source.dtype), str(b_read.source.dtype),
+                                     str(stmt.writes[0].source.dtype))
+    if found is None or jv != found[1] or axes.group:
+        return None
+    intrin = found[0]
+    k = axes.reduce[-1]
+    var, extent = info.iters[k].var, _static(info.iters[k].dom)
+    if extent is None or extent % pair_dot.STEPS or \
+            not a_read.region[-1].min.same_as(var):
+        return None
+    k_dim = next((n for n, r in enumerate(b_read.region) if r.min.same_as(var)), None)
+    return None if k_dim is None else (k, k_dim, intrin)
+
+
+def _contraction_stage(max_rows: int, pack: bool, pairs: bool = False):
+    """A tiling for _schedule_reductions: a multiply-accumulate's (None for other blocks),
+    with ``pairs`` by pair_dot where it fits."""
 
     def tile(sch, func, target, info):
         axes = _contraction_axes(sch, info)
         return None if axes is None else _tile_contraction(sch, func, target, info, axes,
-                                                           max_rows, pack)
+                                                           max_rows, pack, pairs)
     return tile
 
 
@@ -290,10 +333,23 @@ class Contraction(_Rule):
     vectors of j, accumulated in a local buffer over every reduction step, then passed
     through the epilogue; the tiles run in parallel. With ``pack``, constant B operands are
     laid out per tile when compiling even where j is already their innermost dimension (a
-    tile's rows would lie a row of B apart)."""
+    tile's rows would lie a row of B apart). With ``pairs``, 8-bit operands add two reduction
+    steps a lane where the target has pair_dot's instruction."""
 
     max_rows = 8
     pack = True
+    pairs = True
+
+    def apply(self, func, target, tunable):
+        scheduled = super().apply(func, target, tunable)
+        if scheduled is not None or not self.pairs or not isinstance(func, tirx.PrimFunc) or \
+                not {str(p.dtype) for p in func.params if hasattr(p, "dtype")} & \
+                {"int8", "uint8"}:
+            return scheduled
+        # TVM refuses to tensorize some accesses of 8-bit kernels: tiled again without pairs.
+        vectors = copy.copy(self)
+        vectors.pairs = False
+        return vectors.apply(func, target, tunable)
 
     def schedule(self, sch, func, target):
         reductions = _reductions(sch)
@@ -304,4 +360,4 @@ class Contraction(_Rule):
             return False
         _pad_tiles(sch, func, target, reductions[0], axes, self.max_rows)
         return _schedule_reductions(sch, func, target,
-                                    (_contraction_stage(self.max_rows, self.pack),))
+                                    (_contraction_stage(self.max_rows, self.pack, self.pairs),))

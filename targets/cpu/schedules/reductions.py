@@ -61,6 +61,7 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages) -> b
     if any(name not in by_name for name in names):
         return False
     others = [info.name for info in infos if info.name not in names]
+    reductions = {name: by_name[name].block_rv for name in names}
     for position, name in enumerate(names):
         info = by_name[name]
         tiled = None
@@ -70,7 +71,9 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages) -> b
                 break
         if tiled is None:
             return False
-        fused, lanes, first_reduce = tiled
+        # A tiling may end with a step to take after the initialization is split off, which
+        # may give the block that computes the reduction from then on.
+        fused, lanes, first_reduce, *after_init = tiled
         if fused is not None:
             fused_in = _write_back(sch, info.block_rv, fused, lanes,
                                    fuse_consumer=position == len(names) - 1)
@@ -78,7 +81,9 @@ def _schedule_reductions(sch: s_tir.Schedule, func, target: Target, stages) -> b
                 others.remove(fused_in)
         init = sch.decompose_reduction(info.block_rv, first_reduce)
         _vectorize_innermost(sch, init, lanes)
-    reductions = [by_name[name].block_rv for name in names]
+        for step in after_init:
+            reductions[name] = step() or reductions[name]
+    reductions = list(reductions.values())
     left = {sch.get(block).name_hint for block in _root_blocks(sch)}  # tables may be inlined
     for name in (name for name in others if name in left):
         block = sch.get_sblock(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tvm
 
-from ...cpu.conv_rewrites import matmul_share, winograd_share
+from ...cpu.conv_rewrites import integer_share, matmul_share, winograd_share
 
 # TVM's build computes 3x3 stride-1 convolutions by Winograd (targets.cpu.conv_rewrites), with
 # fewer multiplications than oneDNN's direct ones: a graph with this share of its multiply-adds
@@ -16,8 +16,17 @@ WINOGRAD_SHARE_FOR_TVM = 0.35
 # matmuls (a transformer) faster than oneDNN's matmuls with TVM's code between its regions.
 MATMUL_SHARE_FOR_TVM = 0.95
 
+# The plugin's convolutions and matmuls are float32's: a graph whose products accumulate
+# integers (an int8 model) keeps them in TVM, and oneDNN regions between them (its pools and
+# concatenations) only add region boundaries.
+INTEGER_SHARE_FOR_TVM = 0.5
+
 
 def declines(mod: tvm.IRModule) -> str | None:
+    share = integer_share(mod["main"])
+    if share >= INTEGER_SHARE_FOR_TVM:
+        return (f"{share:.0%} of its multiply-adds are in integer products, which oneDNN's "
+                f"float32 primitives here do not take (the line is {INTEGER_SHARE_FOR_TVM:.0%})")
     share = winograd_share(mod["main"])
     if share >= WINOGRAD_SHARE_FOR_TVM:
         return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "
