@@ -9,6 +9,7 @@ program compiles and links with (an rpath included). Nothing here imports TVM's 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -135,6 +136,14 @@ def build(force: bool = False) -> Path:
     returns libodla_tvm.so's path."""
     directory = library_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    # One build at a time per folder (parallel test workers, two programs): the one that
+    # waited finds the stamp written and builds nothing.
+    with open(directory / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_unless_current(directory, force)
+
+
+def _build_unless_current(directory: Path, force: bool) -> Path:
     commands = _commands(directory)
     stamp = directory / "build.sha256"
     digest = _digest(commands)
