@@ -76,7 +76,7 @@ class TargetSpec:
     def runs_here(self) -> bool:
         """Whether this machine can run the target's code: same architecture, the CPU
         features it needs, and its device present."""
-        if self.arch != platform.machine() or not set(self.cpu_flags) <= _host_cpu_flags():
+        if self.arch != platform.machine() or not set(self.cpu_flags) <= host_cpu_flags():
             return False
         return self.device_kind == "cpu" or tensors.device_exists(self.tvm_device())
 
@@ -229,7 +229,7 @@ def _llvm_host_cpu() -> dict:
     tvm = _compiler()
     mcpu = tvm.target.codegen.llvm_get_system_cpu()
     lacking = []
-    if platform.machine() == "x86_64" and set(_AMX_FLAGS) <= _host_cpu_flags():
+    if platform.machine() == "x86_64" and set(_AMX_FLAGS) <= host_cpu_flags():
         features = tvm.target.codegen.llvm_get_cpu_features(
             tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
         lacking = [f"+{f}" for f in _AMX_FLAGS.values() if f not in features]
@@ -241,7 +241,7 @@ def host_cpu() -> TargetSpec:
     """The CPU this process runs on, as LLVM names it (with the features LLVM's name for it
     lacks, which generated code may use where Linux grants them), with its usable core count.
     LLVM is asked once per CPU model, flags and TVM version (_remembered)."""
-    identity = {"cpu": _host_cpu_model(), "flags": sorted(_host_cpu_flags()),
+    identity = {"cpu": _host_cpu_model(), "flags": sorted(host_cpu_flags()),
                 "machine": platform.machine(), "tvm": tvm_version()}
     llvm = _remembered("host-cpu", identity, _llvm_host_cpu)
     mcpu, cores = llvm["mcpu"], cpu_count()
@@ -477,7 +477,7 @@ def _cpuinfo_field(names: tuple[str, ...]) -> str | None:
 
 
 @cache
-def _host_cpu_flags() -> frozenset[str]:
+def host_cpu_flags() -> frozenset[str]:
     return frozenset((_cpuinfo_field(("flags", "Features")) or "").split())
 
 

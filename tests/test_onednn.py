@@ -3,6 +3,7 @@ several shapes, and its code is what ran; a real CNN matches its reference outpu
 with oneDNN parts runs after export in a fresh process; without oneDNN the device is refused,
 saying what to install, and the plain CPU device still works."""
 
+import importlib
 import logging
 import os
 import subprocess
@@ -40,7 +41,16 @@ def _onednn_missing() -> str:
     return ""
 
 
+# The module (the package's name ``patterns`` is its function).
+onednn_patterns = importlib.import_module("targets.plugins.onednn.patterns")
 needs_onednn = pytest.mark.skipif(bool(_onednn_missing()), reason=_onednn_missing())
+
+
+@pytest.fixture(autouse=True)
+def _cpu_with_avx512(monkeypatch):
+    """oneDNN takes grouped convolutions of few channels only on CPUs with AVX-512: the tests
+    run as on one, whatever this CPU (one test checks the rule itself)."""
+    monkeypatch.setattr(onednn_patterns, "host_cpu_flags", lambda: frozenset({"avx512f"}))
 
 
 def _oneDNN_calls(exe) -> int:
@@ -117,6 +127,32 @@ def test_conv_matches_tvm(shape, out_channels, kernel, strides, dilations, front
         odla.set_value_as_output(y)
 
     _check_against_tvm(build, inputs)
+
+
+@needs_onednn
+@pytest.mark.parametrize("flags, onednn_calls", [(frozenset({"avx2"}), 0),
+                                                 (frozenset({"avx2", "avx512f"}), 1)])
+def test_a_grouped_conv_of_few_channels_goes_to_tvm_without_avx512(flags, onednn_calls,
+                                                                   monkeypatch):
+    """ShuffleNet's first grouped 1x1 convolution (24 -> 112 channels, 4 groups: 6 input
+    channels a group): oneDNN runs it by its gemm-based convolution without AVX-512, so TVM
+    takes it there; with AVX-512 oneDNN does. Both match TVM alone."""
+    monkeypatch.setattr(onednn_patterns, "host_cpu_flags", lambda: flags)
+    rng = np.random.default_rng(7)
+    x, w = _randn(rng, 1, 24, 14, 14), _randn(rng, 112, 6, 1, 1, scale=0.3)
+
+    def build():
+        data = odla.create_argument(VT(E.FLOAT32, x.shape), "x")
+        odla.set_value_as_output(odla.conv(data, L.CHANNELS_FIRST, 4, _constant(w), L.OIS,
+                                           (1, 1), (1, 1), (0, 0), (0, 0)))
+
+    if onednn_calls:
+        _check_against_tvm(build, {"x": x}, onednn_calls)
+        return
+    _, expected = _run(build, {"x": x}, DeviceName.INTEL_X86)
+    exe, outputs = _run(build, {"x": x}, DeviceName.INTEL_DNNL)
+    assert not exe.module.vendor_regions  # nothing of oneDNN's linked or called
+    np.testing.assert_allclose(outputs[0], expected[0], rtol=RTOL, atol=ATOL)
 
 
 @needs_onednn

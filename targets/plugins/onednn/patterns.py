@@ -10,6 +10,7 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
+from ...specs import host_cpu_flags
 from .. import PluginPattern
 from .items import ITEMS, OP_KINDS, check_item  # noqa: F401  (the patterns read the items)
 from ...relax_rewrites import op_name, rewrite_functions
@@ -104,6 +105,19 @@ def _post_ops_ok(context, output_shape) -> bool:
     return True
 
 
+# Without AVX-512, oneDNN runs a grouped (not depthwise) convolution with fewer input channels
+# a group than AVX2's 8 floats by its gemm-based convolution, tens of times slower than TVM's
+# (ShuffleNet's first grouped 1x1 one, 6 a group; docs/onednn.md).
+_AVX2_CHANNEL_BLOCK = 8
+
+
+def _gemm_based_in_onednn(conv) -> bool:
+    groups, in_channels = int(conv.attrs.groups), int(_shape(conv.args[0])[1])
+    depthwise = groups == in_channels == int(_shape(conv)[1])
+    return (groups > 1 and not depthwise and in_channels // groups < _AVX2_CHANNEL_BLOCK
+            and "avx512f" not in host_cpu_flags())
+
+
 def _conv2d_ok(context) -> bool:
     conv = context.annotated_expr["root_op"]
     attrs = conv.attrs
@@ -113,6 +127,7 @@ def _conv2d_ok(context) -> bool:
             and _shape(conv.args[1]) is not None
             and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
             and attrs.out_dtype in ("", "float32")
+            and not _gemm_based_in_onednn(conv)
             and _post_ops_ok(context, output_shape))
 
 
