@@ -17,6 +17,7 @@ share) do, when first named.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -101,6 +102,9 @@ class VendorPlugin:
 
 
 _PLUGINS: dict[str, VendorPlugin] = {}
+# The plugins odla-tvm ships (declared as entry points too, for listing), found by name
+# without reading every installed package's entry points: a cached load looks up no other.
+BUILT_IN = {"onednn": "targets.plugins.onednn"}
 _entry_points_loaded = False
 _load_lock = threading.Lock()
 
@@ -138,7 +142,10 @@ def reload_plugins() -> None:
 
 
 def get_plugin(name: str) -> VendorPlugin:
-    _load_entry_points()
+    if name not in _PLUGINS and name in BUILT_IN:
+        register_plugin(importlib.import_module(BUILT_IN[name]).PLUGIN)
+    if name not in _PLUGINS:
+        _load_entry_points()
     if name not in _PLUGINS:
         raise KeyError(f"unknown vendor plugin {name!r}; available: "
                        f"{', '.join(sorted(_PLUGINS)) or 'none'}")
