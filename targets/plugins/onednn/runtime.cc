@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -130,42 +129,18 @@ constexpr size_t kAlignment = 64;  // a cache line, as oneDNN aligns what it all
 
 inline size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-#ifndef MADV_PAGEOUT
-#define MADV_PAGEOUT 21  // Linux 5.4
-#endif
-
-// Whether ``data`` lies in a mapping of a file (/proc/self/maps: a nonzero inode).
-bool file_backed(const void* data) {
-  std::ifstream maps("/proc/self/maps");
-  auto at = reinterpret_cast<uintptr_t>(data);
-  std::string range, perms, offset, device;
-  unsigned long long inode;
-  while (maps >> range >> perms >> offset >> device >> inode) {
-    std::string rest;
-    std::getline(maps, rest);
-    size_t dash = range.find('-');
-    if (at >= std::stoull(range.substr(0, dash), nullptr, 16) &&
-        at < std::stoull(range.substr(dash + 1), nullptr, 16))
-      return inode != 0;
-  }
-  return false;
-}
-
 // A packed weight's source, once packed, is read again only if the constant's address
-// changes. Where it is memory-mapped from a file (the engine cache's weights), its whole
-// pages leave the process (read from the file again should anything read them), so the
-// original and its packed copy are not both held. Anonymous memory is left alone (it would go to swap).
-// MADV_PAGEOUT also drops them from the page cache, but skips pages another process maps
-// or the kernel cannot isolate at that moment (on a CI machine a 64 KiB weight's pages
-// stayed resident), so the pages still mapped from the file are then unmapped
-// (MADV_DONTNEED); a page the process wrote (copy-on-write, no longer the file's) is kept.
+// changes. Where it is memory-mapped from a file (the engine cache's weights), its pages
+// leave the process (mapped again from the page cache should anything read them), so the
+// original and its packed copy are not both held. /proc/self/pagemap tells a file's pages
+// (or shared memory's, which keeps its contents too) from the process's own: a page it wrote
+// (copy-on-write) and anonymous memory stay. Not MADV_PAGEOUT: it drops the pages from the
+// page cache too, and the next process loading the engine would read them from disk.
 void release_file_pages(void* data, size_t size) {
-  if (!file_backed(data)) return;
   auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
   uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) / page * page;
   if (end <= begin) return;
-  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
   // /proc/self/pagemap: one 64-bit entry a page; bit 63 present, bit 61 a file page.
   std::vector<uint64_t> entries((end - begin) / page);
   size_t bytes = entries.size() * sizeof(uint64_t);
