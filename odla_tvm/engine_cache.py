@@ -1,9 +1,10 @@
 """Compiled engines kept between processes: ODLA's ENABLE_ENGINE_CACHE and CACHE_DIR items.
 
 A second load of a model on the same machine reads its engine instead of importing and
-compiling again. An engine is an exported bundle (odla_tvm.bundle's directory, each file
-sha256-checked) under ``<cache dir>/engines/<key>.odla``, its library loaded and its weights
-memory-mapped from there. The key digests all the compiled code depends on: the model's bytes
+compiling again. An engine is an exported bundle (odla_tvm.bundle's directory, its files
+checked against the sizes and times they were stored with) under
+``<cache dir>/engines/<key>.odla``, its library loaded and its weights memory-mapped from
+there. The key digests all the compiled code depends on: the model's bytes
 and fixed inputs, the target's key, odla-tvm's, TVM's and TVM-FFI's versions and installed
 files, the options and the target's tuning database (an engine built before its records
 changed is rebuilt, the log says so, and replaced). An entry that fails to load is removed
@@ -31,7 +32,7 @@ from toolchain import cache_dir as default_cache_dir
 
 from .device import Device, checked_device
 from . import bundle
-from .executable import (Executable, file_sha256, load_executable, run_from_bundle,
+from .executable import (Executable, file_sha256, load_bundle, run_from_bundle,
                          write_atomically)
 from .types import OdlaError
 from .version import odla_tvm_version
@@ -151,11 +152,14 @@ def _code_state() -> str:
     engine built by other code of the same version number is not this code's."""
     digest = hashlib.sha256()
     for package in ("odla_tvm", "relay_bridge", "targets"):
-        root = Path(importlib.util.find_spec(package).origin).parent
-        for path in sorted(root.rglob("*")):
-            if path.suffix in (".py", ".cc", ".h") and path.is_file():
-                stat = path.stat()
-                digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+        root = os.path.dirname(importlib.util.find_spec(package).origin)
+        for folder, folders, names in os.walk(root):  # (os.walk: a cached load pays this)
+            folders[:] = sorted(f for f in folders if f != "__pycache__")
+            for name in sorted(n for n in names if n.endswith((".py", ".cc", ".h"))):
+                path = os.path.join(folder, name)
+                stat = os.stat(path)
+                digest.update(f"{os.path.relpath(path, root)}:{stat.st_size}:"
+                              f"{stat.st_mtime_ns};".encode())
     return digest.hexdigest()
 
 
@@ -248,14 +252,31 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
                     "rebuilding it", path, odla_tvm_version())
         _remove(path)
         return None
+    stored_files = info.get("files")
+    if stored_files is not None and stored_files != _file_stats(path):
+        log.warning("engine cache entry %s changed after it was stored; rebuilding it", path)
+        _remove(path)
+        return None
     try:
-        executable = load_executable(os.fspath(path), device)
+        # Unchanged since stored (sizes and times): not hashed again, read as it is mapped.
+        executable = load_bundle(path, device, check_digests=stored_files is None)
     except OdlaError as err:
         log.warning("engine cache entry %s cannot be used (%s); rebuilding it", path, err.message)
         _remove(path)
         return None
     os.utime(path)  # most recently used
     return executable
+
+
+def _file_stats(path: Path) -> dict[str, list[int]]:
+    """Each file of the entry at ``path`` (relative): [its size, its modification time]."""
+    stats = {}
+    for folder, _, names in os.walk(path):
+        for name in names:
+            file = os.path.join(folder, name)
+            info = os.stat(file)
+            stats[os.path.relpath(file, path)] = [info.st_size, info.st_mtime_ns]
+    return stats
 
 
 def store(key: str, executable: Executable, description: str, cache_dir=None) -> None:
@@ -272,6 +293,7 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     try:
         root.mkdir(parents=True, exist_ok=True)
         bundle.export(executable, None, path)  # written beside and renamed into place
+        info["files"] = _file_stats(path)
         write_atomically(root / f"{key}{_INFO_SUFFIX}", json.dumps(info).encode())
     except (OSError, OdlaError) as err:
         log.warning("engine cache %s not written (%s); the model compiles again next time",
