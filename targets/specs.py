@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 from typing import TYPE_CHECKING
 
-from toolchain import ToolchainMissing, cache_dir, load_compiler, load_tvm_ffi, tensors
+from toolchain import (ToolchainMissing, cache_dir, distribution_version, load_compiler,
+                       tensors)
 
 if TYPE_CHECKING:
     import tvm_ffi
@@ -498,10 +499,8 @@ def _ensure_builtin():
 @cache
 def tvm_version() -> str:
     """TVM's version, read from its package's metadata (importing it loads the compiler)."""
-    from importlib import metadata  # imported by a first compile or load only
-
-    return metadata.version("apache-tvm")
+    return distribution_version("apache-tvm")
 
 
 def tvm_ffi_version() -> str:
-    return load_tvm_ffi().__version__
+    return distribution_version("apache-tvm-ffi")
