@@ -89,7 +89,7 @@ def _device_target(device_name: DeviceName) -> targets.TargetSpec:
         return targets.get_target(_DEVICE_TARGETS[device_name])
     if device_name == DeviceName.NVIDIA_GPU:
         return gpu_device.gpu_target()
-    plugin = _plugin_devices().get(device_name)
+    plugin = targets.device_plugin(device_name.name)
     if plugin is None:
         raise OdlaError(
             Status.UNSUPPORTED_DEVICE_TYPE,

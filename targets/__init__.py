@@ -24,6 +24,7 @@ from .plugins import (
     PluginUnavailable,
     VendorPlugin,
     available_plugins,
+    device_plugin,
     get_plugin,
     register_plugin,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "VendorPlugin",
     "WeightFiles",
     "available_plugins",
+    "device_plugin",
     "get_plugin",
     "plugin_target",
     "read_target_spec_file",

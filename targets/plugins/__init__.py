@@ -152,6 +152,15 @@ def get_plugin(name: str) -> VendorPlugin:
     return _PLUGINS[name]
 
 
+def device_plugin(device_name: str) -> VendorPlugin | None:
+    """The plugin serving ODLA device ``device_name`` (a DeviceName's name), if any: one
+    built in is found without reading entry points."""
+    for name in BUILT_IN:
+        if get_plugin(name).device_name == device_name:
+            return _PLUGINS[name]
+    return next((p for p in available_plugins() if p.device_name == device_name), None)
+
+
 def available_plugins() -> list[VendorPlugin]:
     _load_entry_points()
     return [_PLUGINS[n] for n in sorted(_PLUGINS)]
