@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import libodla
 import targets
 from toolchain import cache_dir as default_cache_dir
 
@@ -258,8 +259,11 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
         _remove(path)
         return None
     try:
-        # Unchanged since stored (sizes and times): not hashed again, read as it is mapped.
-        executable = load_bundle(path, device, check_digests=stored_files is None)
+        # Unchanged since stored (sizes and times): not hashed again, read as it is mapped;
+        # run by the C library where it can, so that a served process's first result waits
+        # for no tvm_ffi import.
+        executable = load_bundle(path, device, check_digests=stored_files is None,
+                                 c_library=stored_files is not None)
     except OdlaError as err:
         log.warning("engine cache entry %s cannot be used (%s); rebuilding it", path, err.message)
         _remove(path)
@@ -310,6 +314,25 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
     for outdated in _outdated(key, cache_dir):  # built with the records before they changed
         _remove(outdated)
     evict(limit_bytes(), cache_dir, keep=path)
+    _build_c_library()
+
+
+def _build_c_library() -> None:
+    """Builds ODLA's C library, which runs cached engines (c_library_module), unless built
+    from these sources already: once per install, at its first store. Where it does not
+    build, cached engines run through tvm_ffi."""
+    global _c_library_failed
+    if _c_library_failed:
+        return
+    try:
+        libodla.build()
+    except (OSError, RuntimeError) as err:
+        _c_library_failed = True
+        log.warning("ODLA's C library does not build here (%s); cached engines load through "
+                    "tvm_ffi, slower to start", str(err).splitlines()[0])
+
+
+_c_library_failed = False
 
 
 @contextlib.contextmanager

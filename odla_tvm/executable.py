@@ -17,6 +17,7 @@ import relay_bridge  # noqa: F401  registers the odla_tvm.check_* functions modu
 import targets
 
 from . import profiler
+from .c_library_module import c_library_module
 from .computation import (
     Computation,
     Value,
@@ -345,10 +346,12 @@ def load_executable(location, device: Device | None = None) -> Executable:
         raise _corrupt(f"its contents do not load ({err})") from None
 
 
-def load_bundle(path, device: Device | None = None, check_digests: bool = True) -> Executable:
+def load_bundle(path, device: Device | None = None, check_digests: bool = True,
+                c_library: bool = False) -> Executable:
     """Loads an exported bundle after checking, before touching its library, that it was
     built for this machine and this TVM and that no file is missing or (``check_digests``:
-    its sha256 against the manifest's) altered."""
+    its sha256 against the manifest's) altered; with ``c_library``, run by ODLA's C library
+    where it can (odla_tvm.c_library_module)."""
     root = Path(path)
     try:
         manifest = json.loads((root / MANIFEST).read_text())
@@ -378,8 +381,11 @@ def load_bundle(path, device: Device | None = None, check_digests: bool = True) 
                 )
         if LIBRARY not in files:
             raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
-        module = targets.CompiledModule.load(str(root / LIBRARY), device.target, device.index,
-                                             _mapped_weights(root, manifest))
+        module = c_library_module(root, root / LIBRARY, manifest, device,
+                                  lambda: _mapped_weights(root, manifest)) if c_library else None
+        if module is None:
+            module = targets.CompiledModule.load(str(root / LIBRARY), device.target,
+                                                 device.index, _mapped_weights(root, manifest))
         variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
         return executable_from_manifest(module, device, manifest, variables)
     except OdlaError:

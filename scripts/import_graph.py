@@ -33,7 +33,8 @@ FORBIDDEN = {
 # included: `tvm` (whose import loads libtvm_compiler.so) and every project module that
 # imports it at module level.
 RUN_LAYER = ("targets.runtime", "toolchain.tensors", "toolchain.tvm_loader",
-             "relay_bridge.checks", "relay_bridge.errors")
+             "relay_bridge.checks", "relay_bridge.errors", "libodla.binding",
+             "odla_tvm.c_library_module")
 # What importing these must never import `tvm` (through module-level imports, transitively).
 LEAN_IMPORTS = ("odla_tvm",) + RUN_LAYER
 COMPILER = "tvm"

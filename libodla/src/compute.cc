@@ -238,6 +238,17 @@ odla_status odla_LoadExecutable(odla_resource_location location, odla_device dev
   });
 }
 
+// odla-tvm's own entry point, in no ODLA header: a bundle folder whose files the caller has
+// checked (odla_tvm's engine cache, against the sizes and times it stored them with), loaded
+// without hashing them again.
+odla_status odla_tvm_LoadCheckedBundle(const char* root, odla_executable* executable) {
+  return Guard(__func__, [&] {
+    Require(executable, "executable");
+    *executable = Register(LoadBundle(Require(root, "root")));
+    return ODLA_SUCCESS;
+  });
+}
+
 odla_status odla_StoreExecutable(odla_resource_location location, odla_executable executable) {
   return Guard(__func__, [&] {
     std::shared_ptr<_odla_executable> exe = Executable(executable);

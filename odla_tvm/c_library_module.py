@@ -1,0 +1,101 @@
+"""Cached engines run by ODLA's C library (libodla_tvm.so, through libodla.binding): loading
+and running one imports neither tvm_ffi's Python package nor anything of TVM's compiler,
+which a served process would otherwise import before its first result. What else a compiled
+module offers (profiled runs, storing it again, its weights) loads the engine as a
+targets.CompiledModule at first use, which then serves every run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import libodla
+import targets
+
+from .device import Device
+from .types import ValueType
+
+log = logging.getLogger(__name__)
+
+
+def c_library_module(root: Path, library: Path, manifest: dict, device: Device,
+                     load_weights: Callable[[], list[np.ndarray]]) -> CLibraryModule | None:
+    """The engine of the bundle at ``root`` (its files checked), run by the C library; None
+    where it would save nothing (tvm_ffi is loaded already), where the library is not built,
+    or where it cannot run the engine (then it loads as a CompiledModule). An engine whose
+    code calls functions registered from Python (run-time checks, relay_bridge.checks) does
+    not load there: they are registered once tvm_ffi is, and raise their own errors."""
+    if "tvm_ffi" in sys.modules:
+        return None
+    slots = manifest["args"] + manifest["outputs"]
+    types = [ValueType.from_dict(slot["type"]) for slot in slots]
+    if device.target.device_kind != "cpu" or manifest["variables"] or \
+            any(t.shape.is_dynamic or t.dtype.kind == "V" for t in types) or \
+            not os.path.isfile(libodla.library_path()):
+        return None
+    from libodla import binding
+
+    try:
+        engine = binding.LoadedExecutable(os.fspath(root), checked=True)
+    except binding.CallFailed as err:  # such as a call of a function Python registers
+        log.debug("%s runs through tvm_ffi: the C library cannot load it: %s", root, err.reason)
+        return None
+    outputs = [(slot["id"], t) for slot, t in zip(manifest["outputs"],
+                                                   types[len(manifest["args"]):])]
+    return CLibraryModule(engine, [slot["id"] for slot in manifest["args"]], outputs,
+                          device, library, load_weights)
+
+
+class CLibraryModule:
+    """A compiled module whose runs the C library makes (see the module's doc)."""
+
+    def __init__(self, engine, arg_ids: list[str], outputs: list[tuple[str, ValueType]],
+                 device: Device, library: Path, load_weights: Callable[[], list[np.ndarray]]):
+        self._engine = engine
+        self._arg_ids = [i.encode() for i in arg_ids]
+        self._outputs = [(i.encode(), t.dtype, t.shape.dims) for i, t in outputs]
+        self._library, self._load_weights = library, load_weights
+        self._compiled: targets.CompiledModule | None = None
+        self._lock = threading.Lock()  # a launch, or the switch to a CompiledModule
+        self.spec, self.device_index = device.target, device.index
+        # what a CompiledModule loaded from a library knows of its kernels: nothing
+        self.kernel_bindings: dict[str, list[str]] = {}
+        self.tuned_kernels: list[str] = []
+        self.vendor_regions: list[str] = []
+
+    def run(self, inputs: list[np.ndarray], on_call=None) -> list[np.ndarray]:
+        """CompiledModule.run's outputs; a run told of each call (``on_call``) is the
+        CompiledModule's."""
+        if on_call is None and self._compiled is None:
+            outputs = [np.empty(dims, dtype) for _, dtype, dims in self._outputs]
+            with self._lock:
+                if self._compiled is None:
+                    self._engine.launch(
+                        {i: np.ascontiguousarray(a) for i, a in zip(self._arg_ids, inputs)},
+                        {o[0]: array for o, array in zip(self._outputs, outputs)})
+                    return outputs
+        return self.compiled_module().run(inputs, on_call)
+
+    def compiled_module(self) -> targets.CompiledModule:
+        """The engine loaded as a CompiledModule (through tvm_ffi), which serves every run
+        from then on; the C library's copy is freed."""
+        with self._lock:
+            if self._compiled is None:
+                module = targets.CompiledModule.load(os.fspath(self._library), self.spec,
+                                                     self.device_index, self._load_weights())
+                module.vendor_regions = self.vendor_regions
+                self._engine.close()
+                self._compiled = module
+            return self._compiled
+
+    def __getattr__(self, name: str):
+        """What a CompiledModule has and this does not (asked only for those)."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.compiled_module(), name)
