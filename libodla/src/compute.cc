@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "build.h"
+#include "mapped_file.h"
 #include "runtime.h"
 
 using namespace odla_tvm;

@@ -42,7 +42,8 @@ struct StoredExecutable {
 // Parses `blob` (kept alive by the caller); a malformed one throws Error naming `what`.
 StoredExecutable ParseStoredExecutable(const std::string& blob, const std::string& what);
 
-// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256.
+// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256;
+// its arrays view their files, mapped.
 StoredExecutable ParseBundle(const std::string& root);
 
 DLDataType DataType(odla_element_type type);
