@@ -165,7 +165,7 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
   input.staged = reinterpret_cast<uintptr_t>(data) % kAlignment != 0;
   input.tensor = input.staged
       ? ffi::Tensor::FromNDAlloc(AlignedAlloc(), Dims(shape), dtype, DLDevice{kDLCPU, 0})
-      : ffi::Tensor::FromNDAlloc(Borrowed{const_cast<void*>(data)}, Dims(shape), dtype,
+      : ffi::Tensor::FromNDAlloc(Borrowed{const_cast<void*>(data), nullptr}, Dims(shape), dtype,
                                  DLDevice{kDLCPU, 0});
   if (input.staged)
     std::memcpy(input.tensor.GetDLTensorPtr()->data, data,
