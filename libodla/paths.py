@@ -10,8 +10,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE / "include"
 SOURCE_DIR = PACKAGE / "src"
-RUNTIME_SOURCES = ("common.cc", "sha256.cc", "stored_executable.cc", "runtime.cc", "compute.cc",
-                   "build.cc", "ops.cc", "platform.cc")
+RUNTIME_SOURCES = ("common.cc", "sha256.cc", "mapped_file.cc", "stored_executable.cc",
+                   "runtime.cc", "compute.cc", "build.cc", "ops.cc", "platform.cc")
 COMPILER_SOURCES = ("compiler.cc",)
 LIBRARY = "libodla_tvm.so"
 COMPILER_LIBRARY = "libodla_tvm_compiler.so"

@@ -1,8 +1,10 @@
-"""The C library (libodla): ODLA 0.5's headers and ABI, every declared function exported, and a
-model written as HALO's compiler generates it, built and run from C++ against NumPy."""
+"""The C library (libodla): ODLA 0.5's headers and ABI, every declared function exported, a
+model written as HALO's compiler generates it, built and run from C++ against NumPy, and the
+SHA-256 its loads check files with, against hashlib."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -124,3 +126,24 @@ def test_config_flags_and_pkg_config_build_a_program(library, tmp_path, capsys):
     done = subprocess.run([str(tmp_path / "version")], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0 and done.stdout.startswith("odla-tvm")
+
+
+@pytest.mark.parametrize("code", ["chosen", "portable"])
+def test_sha256_matches_hashlib_at_every_tail_length(tmp_path, code):
+    """The digest bundles and stored executables are checked with, by the SHA extensions where
+    this CPU has them and by the portable code: every length over a block boundary, and more
+    than one block's worth of whole blocks."""
+    flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{libodla.SOURCE_DIR}"]
+    if code == "portable":
+        flags.append("-DODLA_TVM_PORTABLE_SHA256")
+    program = tmp_path / "sha256_digests"
+    subprocess.run(["g++", *flags, str(c.SOURCES / "sha256_digests.cc"),
+                    str(libodla.SOURCE_DIR / "sha256.cc"), "-o", str(program)], check=True)
+    lengths = [*range(0, 200), 1000, 4096, 65536 + 55, 1 << 20]
+    printed = subprocess.run([str(program), *map(str, lengths)], check=True, capture_output=True,
+                             text=True).stdout.split()
+    expected = []
+    for length in lengths:
+        data = ((np.arange(length, dtype=np.uint64) * 167 + 13) % 256).astype(np.uint8)
+        expected += [str(length), hashlib.sha256(data.tobytes()).hexdigest()]
+    assert printed == expected

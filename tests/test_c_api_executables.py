@@ -1,14 +1,16 @@
 """The C library's executables across processes and languages: examples/c's programs build a
 CNN in C and store it, Python loads it; Python stores one and a C process loads and runs it
 with neither libpython nor TVM's compiler mapped, on 8 threads at once; a bundle Python
-exported; and DEFAULT's oneDNN regions run from C, built there or stored by Python, with the
-thread pools set as Python sets them (tests/c_api/onednn_regions.c)."""
+exported, its weights and variables run from their mapped files, a damaged one refused; and
+DEFAULT's oneDNN regions run from C, built there or stored by Python, with the thread pools set
+as Python sets them (tests/c_api/onednn_regions.c)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +152,94 @@ def test_exported_bundle_runs_in_c(examples, python_stored, tmp_path):
     np.testing.assert_array_equal(y, y_expected)
     np.testing.assert_array_equal(k, k_expected)
     assert "maps libpython: no" in stdout and "maps libtvm_compiler: no" in stdout
+
+
+@pytest.fixture(scope="module")
+def weighted_bundle(tmp_path_factory):
+    """A bundle with a weight (weights/weight0.npy) and a variable (params/v.npy), its input
+    (x.bin beside it) and Python's output."""
+    directory = tmp_path_factory.mktemp("weighted_bundle")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    E, VT = odla.ElementType, odla.ValueType
+    comp = odla.create_computation()
+    v = odla.create_variable(VT(E.FLOAT32, (64, 32)), "v")
+    odla.set_value_data(v, rng.standard_normal((64, 32)).astype(np.float32))
+    w = odla.create_constant(VT(E.FLOAT32, (32, 32)),  # 4 KiB: a weight, not code
+                             rng.standard_normal((32, 32)).astype(np.float32))
+    y = odla.tanh(odla.gemm(odla.create_argument(VT(E.FLOAT32, x.shape), "x"), False, v, False,
+                            1.0, 0.0))
+    odla.set_value_as_output(odla.gemm(y, False, w, False, 1.0, 0.0, None, None, "z"))
+    exe = odla.compile_computation(comp)
+    bundle = odla.export(exe, None, directory / "bundle")
+    (expected,) = odla.Session(exe).run({"x": x}, ["z"])
+    odla.destroy_computation(comp)
+    x.tofile(directory / "x.bin")
+    return bundle, directory / "x.bin", expected
+
+
+@pytest.mark.parametrize("damage, file, message", [
+    ("alter", "weights/weight0.npy", "was altered: its sha256 differs from the manifest's"),
+    ("alter", "params/v.npy", "was altered: its sha256 differs from the manifest's"),
+    ("remove", "weights/weight0.npy", "is missing")])
+def test_bundle_with_a_damaged_file_is_refused_in_c(examples, weighted_bundle, tmp_path, damage,
+                                                    file, message):
+    original, x_file, _ = weighted_bundle
+    bundle = shutil.copytree(original, tmp_path / "bundle")
+    if damage == "alter":
+        data = bytearray((bundle / file).read_bytes())
+        data[-1] ^= 0xFF
+        (bundle / file).write_bytes(bytes(data))
+    else:
+        (bundle / file).unlink()
+    (tmp_path / "out").mkdir()
+    done = c.run_program(examples["run_executable"], bundle, tmp_path / "out", x_file,
+                         env={"PYTHONPATH": "/nonexistent"})
+    assert done.returncode != 0
+    assert (f"odla_LoadExecutable: not a valid odla-tvm executable: {bundle}: {bundle}/{file} "
+            f"{message}") in done.stderr
+    assert not (tmp_path / "out" / "z.bin").exists()
+
+
+# Loads the bundle argv[2] with the library argv[1], runs it on argv[3]'s x into argv[4]
+# (.npy), and prints which of its .npy files /proc/self/maps maps: after the load, after the
+# launch, after odla_DestroyExecutable.
+MAPPED_FILES = """
+import ctypes, sys
+import numpy as np
+lib, bundle, x_file, z_file = ctypes.CDLL(sys.argv[1]), *sys.argv[2:]
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("location", ctypes.c_char_p), ("size", ctypes.c_size_t)]
+def mapped(when):
+    maps = open("/proc/self/maps").read()
+    print(when, *[f for f in ("weights/weight0.npy", "params/v.npy") if f"{bundle}/{f}" in maps])
+exe, ctx = ctypes.c_void_p(), ctypes.c_void_p()
+assert lib.odla_LoadExecutable(Location(0, bundle.encode(), 0), None, ctypes.byref(exe)) == 0
+mapped("loaded")
+x, z = np.fromfile(x_file, np.float32).reshape(4, 64), np.empty((4, 32), np.float32)
+assert lib.odla_CreateContext(ctypes.byref(ctx)) == 0
+assert lib.odla_BindToArgumentById(b"x", ctypes.c_void_p(x.ctypes.data), ctx) == 0
+assert lib.odla_BindToOutputById(b"z", ctypes.c_void_p(z.ctypes.data), ctx) == 0
+assert lib.odla_LaunchExecutable(exe, ctx) == 0
+np.save(z_file, z)
+mapped("launched")
+assert lib.odla_DestroyContext(ctx) == 0 and lib.odla_DestroyExecutable(exe) == 0
+mapped("destroyed")
+"""
+
+
+def test_bundle_weights_and_variables_are_its_mapped_files(weighted_bundle, tmp_path):
+    """A loaded bundle's weights and variables are views of their files, mapped (not copies),
+    until the executable goes; the run gives Python's numbers."""
+    bundle, x_file, expected = weighted_bundle
+    done = subprocess.run([sys.executable, "-c", MAPPED_FILES, str(libodla.library_path()),
+                           str(bundle.resolve()), str(x_file), str(tmp_path / "z.npy")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = ["weights/weight0.npy", "params/v.npy"]
+    assert done.stdout.splitlines() == [" ".join(["loaded", *files]),
+                                        " ".join(["launched", *files]), "destroyed"]
+    np.testing.assert_array_equal(np.load(tmp_path / "z.npy"), expected)
 
 
 # -- DEFAULT's oneDNN regions from C -------------------------------------------------------------

@@ -1,13 +1,14 @@
 // odla_compute.h's entry points: compiling and executing computations, loading, storing and
 // launching executables, contexts and their bindings. Executables and contexts are checked
 // against the live ones, so a destroyed or foreign handle gives a status, not a crash.
-#include <fstream>
-#include <iterator>
 #include <sys/stat.h>
+
+#include <fstream>
 #include <thread>
 #include <unordered_set>
 
 #include "build.h"
+#include "mapped_file.h"
 #include "runtime.h"
 
 using namespace odla_tvm;
@@ -78,9 +79,9 @@ std::string ReadFile(const std::string& path) {
   struct stat info;
   if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode))
     throw Error(ODLA_FILE_NOT_EXIST, "executable file " + path + " does not exist");
-  std::ifstream file(path, std::ios::binary);
+  std::shared_ptr<const MappedFile> file = MappedFile::Open(path);
   if (!file) throw Error(ODLA_FILE_NOT_EXIST, "executable file " + path + " cannot be read");
-  return std::string(std::istreambuf_iterator<char>(file), {});
+  return std::string(file->bytes());
 }
 
 }  // namespace

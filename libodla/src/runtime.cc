@@ -30,8 +30,9 @@ struct AlignedAlloc {
   void FreeData(DLTensor* t) { std::free(t->data); }
 };
 
-struct Borrowed {  // the caller's memory, used in place
+struct Borrowed {  // memory used in place: the caller's, or a mapped file's, which `owner` keeps
   void* data;
+  std::shared_ptr<const void> owner;
   void AllocData(DLTensor* t) { t->data = data; }
   void FreeData(DLTensor*) {}
 };
@@ -40,10 +41,16 @@ ffi::Shape Dims(const odla_value_shape& shape) {
   return ffi::Shape(std::vector<int64_t>(shape.dims, shape.dims + shape.size));
 }
 
-ffi::Tensor Copy(const Array& array) {
+// A weight or variable as main takes it: a view of its bundle file's mapping where aligned as
+// TVM's kernels assume (main never writes its parameters), else a copy.
+ffi::Tensor ArrayTensor(const Array& array) {
+  const char* data = array.data.data();
+  if (array.file && reinterpret_cast<uintptr_t>(data) % kAlignment == 0)
+    return ffi::Tensor::FromNDAlloc(Borrowed{const_cast<char*>(data), array.file},
+                                    ffi::Shape(array.shape), array.dtype, DLDevice{kDLCPU, 0});
   ffi::Tensor t = ffi::Tensor::FromNDAlloc(AlignedAlloc(), ffi::Shape(array.shape), array.dtype,
                                            DLDevice{kDLCPU, 0});
-  std::memcpy(t.GetDLTensorPtr()->data, array.data.data(), array.data.size());
+  std::memcpy(t.GetDLTensorPtr()->data, data, array.data.size());
   return t;
 }
 
@@ -158,7 +165,7 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
   input.staged = reinterpret_cast<uintptr_t>(data) % kAlignment != 0;
   input.tensor = input.staged
       ? ffi::Tensor::FromNDAlloc(AlignedAlloc(), Dims(shape), dtype, DLDevice{kDLCPU, 0})
-      : ffi::Tensor::FromNDAlloc(Borrowed{const_cast<void*>(data)}, Dims(shape), dtype,
+      : ffi::Tensor::FromNDAlloc(Borrowed{const_cast<void*>(data), nullptr}, Dims(shape), dtype,
                                  DLDevice{kDLCPU, 0});
   if (input.staged)
     std::memcpy(input.tensor.GetDLTensorPtr()->data, data,
@@ -245,8 +252,8 @@ std::shared_ptr<_odla_executable> Loaded(std::shared_ptr<_odla_executable> exe,
                                          const StoredExecutable& stored, const std::string& what) {
   for (const Slot& s : stored.args) exe->args.push_back(SlotValue(s));
   for (const Slot& s : stored.outputs) exe->outputs.push_back(SlotValue(s));
-  for (const Array& a : stored.variable_data) exe->extra.push_back(Copy(a));
-  for (const Array& a : stored.weights) exe->extra.push_back(Copy(a));
+  for (const Array& a : stored.variable_data) exe->extra.push_back(ArrayTensor(a));
+  for (const Array& a : stored.weights) exe->extra.push_back(ArrayTensor(a));
   ReadyThreadPools(stored.vendor_regions);
   try {
     exe->library = stored.library_path.empty() ? LoadLibrary(stored.library)

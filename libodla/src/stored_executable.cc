@@ -7,8 +7,7 @@
 #include <tvm/ffi/string.h>
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <unordered_map>
 
 #include "sha256.h"
 
@@ -241,45 +240,54 @@ StoredExecutable ParseManifest(const ffi::json::Object& manifest, const std::str
   return stored;
 }
 
-std::string ReadWhole(const std::string& path, const Reader& r) {
-  std::ifstream file(path, std::ios::binary);
+std::shared_ptr<const MappedFile> Map(const std::string& path, const Reader& r) {
+  std::shared_ptr<const MappedFile> file = MappedFile::Open(path);
   if (!file) r.Fail(path + " is missing");
-  return std::string(std::istreambuf_iterator<char>(file), {});
+  return file;
 }
 
-// The .npy file a manifest entry names, read into `stored.held`.
-Array BundleArray(StoredExecutable& stored, const std::string& root, const ffi::Any& entry,
+using MappedFiles = std::unordered_map<std::string, std::shared_ptr<const MappedFile>>;
+
+// The .npy file a manifest entry names, a view of its mapping (of `files`, where checked).
+Array BundleArray(const std::string& root, const ffi::Any& entry, const MappedFiles& files,
                   const Reader& r) {
   auto object = entry.try_cast<ffi::json::Object>();
   if (!object) r.Fail("an entry of its manifest is not an object");
-  stored.held.push_back(ReadWhole(root + "/" + Text(*object, "file", r), r));
-  return ParseNpy(stored.held.back(), r);
+  std::string name = Text(*object, "file", r);
+  auto found = files.find(name);
+  std::shared_ptr<const MappedFile> file =
+      found == files.end() ? Map(root + "/" + name, r) : found->second;
+  Array array = ParseNpy(file->bytes(), r);
+  array.file = std::move(file);
+  return array;
 }
 
 }  // namespace
 
 StoredExecutable ParseBundle(const std::string& root) {
   Reader r{root};
-  std::string text = ReadWhole(root + "/manifest.json", r);
+  std::string text(Map(root + "/manifest.json", r)->bytes());
   ffi::String error;
   auto manifest = ffi::json::Parse(ffi::String(text), &error).try_cast<ffi::json::Object>();
   if (!manifest || !error.empty()) r.Fail("its manifest.json is unreadable");
   if (Text(*manifest, "format", r) != "odla-tvm-bundle/1")
     r.Fail("its manifest.json is not of format odla-tvm-bundle/1");
   StoredExecutable stored = ParseManifest(*manifest, root, r);
-  ffi::json::Object files = Field(*manifest, "files", r);
-  for (const auto& [name, digest] : files) {  // every file as the manifest lists it
-    std::string path = root + "/" + std::string(name.cast<ffi::String>());
+  MappedFiles mapped;
+  for (const auto& [key, digest] : Field(*manifest, "files", r)) {  // every file it lists
+    std::string name(key.cast<ffi::String>()), path = root + "/" + name;
+    std::shared_ptr<const MappedFile> file = Map(path, r);
     auto expected = digest.try_cast<ffi::String>();
-    if (!expected || Sha256Hex(ReadWhole(path, r)) != std::string(*expected))
+    if (!expected || Sha256Hex(file->bytes()) != std::string(*expected))
       r.Fail(path + " was altered: its sha256 differs from the manifest's");
+    mapped.emplace(name, std::move(file));
   }
-  if (files.find(ffi::String("model.so")) == files.end()) r.Fail("its manifest lacks model.so");
+  if (mapped.find("model.so") == mapped.end()) r.Fail("its manifest lacks model.so");
   stored.library_path = root + "/model.so";
   for (const ffi::Any& slot : List(*manifest, "variables", r))
-    stored.variable_data.push_back(BundleArray(stored, root, slot, r));
+    stored.variable_data.push_back(BundleArray(root, slot, mapped, r));
   for (const ffi::Any& weight : List(*manifest, "weights", r))
-    stored.weights.push_back(BundleArray(stored, root, weight, r));
+    stored.weights.push_back(BundleArray(root, weight, mapped, r));
   return stored;
 }
 

@@ -9,12 +9,13 @@
 
 #include <dlpack/dlpack.h>
 
-#include <list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "internal.h"
+#include "mapped_file.h"
 
 namespace odla_tvm {
 
@@ -27,6 +28,7 @@ struct Array {  // an .npy entry: its dtype, shape and data (a view of the store
   DLDataType dtype{};
   std::vector<int64_t> shape;
   std::string_view data;
+  std::shared_ptr<const MappedFile> file;  // (a bundle's) the mapping `data` lies in
 };
 
 struct StoredExecutable {
@@ -35,13 +37,13 @@ struct StoredExecutable {
   std::string library_path;  // (a bundle's) its file
   std::vector<Array> variable_data, weights;
   bool vendor_regions = false;  // its main calls a vendor plugin's regions (oneDNN's)
-  std::list<std::string> held;  // what the arrays view, where not the caller's blob
 };
 
 // Parses `blob` (kept alive by the caller); a malformed one throws Error naming `what`.
 StoredExecutable ParseStoredExecutable(const std::string& blob, const std::string& what);
 
-// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256.
+// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256;
+// its arrays view their files, mapped.
 StoredExecutable ParseBundle(const std::string& root);
 
 DLDataType DataType(odla_element_type type);
