@@ -245,7 +245,7 @@ odla_status odla_LoadExecutable(odla_resource_location location, odla_device dev
 odla_status odla_tvm_LoadCheckedBundle(const char* root, odla_executable* executable) {
   return Guard(__func__, [&] {
     Require(executable, "executable");
-    *executable = Register(LoadBundle(Require(root, "root")));
+    *executable = Register(LoadBundle(Require(root, "root"), false));
     return ODLA_SUCCESS;
   });
 }

@@ -113,8 +113,8 @@ const odla_tvm_compiler_api& Compiler();
 
 // Loads an executable from a stored executable's bytes.
 std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what);
-// Loads the exported bundle in the folder `root`.
-std::shared_ptr<_odla_executable> LoadBundle(const std::string& root);
+// Loads the exported bundle in the folder `root` (see ParseBundle).
+std::shared_ptr<_odla_executable> LoadBundle(const std::string& root, bool check_digests = true);
 
 // Copies `value`, an output of the context's last run, to `data`; false if it has none.
 bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data);

@@ -13,7 +13,7 @@
 
 namespace odla_tvm {
 
-std::shared_ptr<const MappedFile> MappedFile::Open(const std::string& path) {
+std::shared_ptr<const MappedFile> MappedFile::Open(const std::string& path, bool populate) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;
   struct stat info;
@@ -22,9 +22,8 @@ std::shared_ptr<const MappedFile> MappedFile::Open(const std::string& path) {
     return nullptr;
   }
   size_t size = static_cast<size_t>(info.st_size);
-  // Populated at once: whoever maps a bundle's file reads all of it (its sha256) right away.
-  void* data = size == 0 ? nullptr : mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
-                                          fd, 0);
+  void* data = size == 0 ? nullptr : mmap(nullptr, size, PROT_READ,
+                                          MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
   int error = errno;
   close(fd);  // the mapping keeps the file
   if (data == MAP_FAILED)

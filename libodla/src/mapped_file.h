@@ -11,9 +11,10 @@ namespace odla_tvm {
 
 class MappedFile {
  public:
-  // The regular file at `path`, mapped; NULL where there is none to open. Throws Error where
-  // it opens but cannot be mapped.
-  static std::shared_ptr<const MappedFile> Open(const std::string& path);
+  // The regular file at `path`, mapped (`populate`: read whole at once, for one who reads all
+  // of it right away); NULL where there is none to open. Throws Error where it opens but
+  // cannot be mapped.
+  static std::shared_ptr<const MappedFile> Open(const std::string& path, bool populate = true);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -275,8 +275,8 @@ std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const st
   return Loaded(exe, ParseStoredExecutable(exe->blob, what), what);
 }
 
-std::shared_ptr<_odla_executable> LoadBundle(const std::string& root) {
-  return Loaded(std::make_shared<_odla_executable>(), ParseBundle(root), root);
+std::shared_ptr<_odla_executable> LoadBundle(const std::string& root, bool check_digests) {
+  return Loaded(std::make_shared<_odla_executable>(), ParseBundle(root, check_digests), root);
 }
 
 bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data) {

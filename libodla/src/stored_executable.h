@@ -42,9 +42,9 @@ struct StoredExecutable {
 // Parses `blob` (kept alive by the caller); a malformed one throws Error naming `what`.
 StoredExecutable ParseStoredExecutable(const std::string& blob, const std::string& what);
 
-// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256;
-// its arrays view their files, mapped.
-StoredExecutable ParseBundle(const std::string& root);
+// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256
+// unless its caller has (`check_digests`); its arrays view their files, mapped.
+StoredExecutable ParseBundle(const std::string& root, bool check_digests = true);
 
 DLDataType DataType(odla_element_type type);
 
