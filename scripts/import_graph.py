@@ -180,6 +180,8 @@ def run_layer_violations(root):
              for imported in sorted(anywhere[module] & compiling)]
     module_level = build_graph(root, module_level=True, outside=(COMPILER,))
     for module in LEAN_IMPORTS:
+        if module not in module_level:  # not in this tree
+            continue
         parts = module.split(".")  # importing a module imports its packages first
         run = {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & module_level.keys()
         if run and any(COMPILER in _closure(module_level, m) | {m} for m in run):
