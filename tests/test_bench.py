@@ -89,8 +89,10 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     cached = result.paths["cached"]
     assert cached.error == "" and cached.match
     assert 0 < cached.load_s < result.paths["default"].load_s
-    # Its process, import included, ran on TVM's runtime alone, in less memory than a compile.
+    # Its process, import included, ran on TVM's runtime alone (in the C library, where
+    # building it did not fail), in less memory than a compile.
     assert cached.compiler_mapped is False and result.paths["default"].compiler_mapped
+    assert cached.runner == "C library" and result.paths["default"].runner == "tvm_ffi"
     assert cached.seconds > 0 and cached.peak_rss_mb < result.paths["default"].peak_rss_mb
     assert result.paths["default"].target == "host-cpu-onednn-auto"
     assert result.paths["tvm"].target == "host-cpu"
@@ -199,7 +201,7 @@ def _row(name, default, tvm, ort, openvino=None, **paths):
 
 def test_report_ratios_geo_means_goals_and_notes():
     cached = PathResult(0.126, 5, load_s=0.2, peak_rss_mb=170, match=True, compiler_mapped=False,
-                        import_s=0.3, first_s=0.1)
+                        import_s=0.3, first_s=0.1, runner="C library")
     results = [_row("bert", 0.12, 1.2, 0.1, 0.09, cached=cached),
                _row("vit", 0.2, 0.8, 0.2),
                ModelResult("gpt2", "gpt2.onnx", error="onnxruntime: out of memory")]
@@ -212,7 +214,7 @@ def test_report_ratios_geo_means_goals_and_notes():
     # The cached path: its load and first run (0.3 s) against onnxruntime's creation and first
     # run (0.25 s): missed; 170 MB against onnxruntime's 120 (allowed: 120 + 40): missed.
     assert ("| bert | 0.30 | 0.300 ✗ | 0.250 | 126.0 | 120.0 | 1.05x | 170 ✗ | 120 | 160 | no "
-            "| yes |") in text
+            "| C library | yes |") in text
     assert "creation and first run, on every model (1): not met (bert)." in text
     assert "within the allowed, on every model (1): not met (bert)." in text
     assert "compiler not mapped, on every model (1): met." in text

@@ -33,7 +33,8 @@ def _row(r: ModelResult) -> tuple[str, dict[str, bool], float | None]:
            f" | {_f(ort_load, '{:.3f}')} | {ms(cached.seconds)} | {ms(default and default.seconds)}"
            f" | {_f(speed, '{:.2f}x')} | {_f(cached.peak_rss_mb, '{:.0f}')}{mark[met['rss']]}"
            f" | {_f(ort.peak_rss_mb, '{:.0f}')} | {_f(allowed, '{:.0f}')} | "
-           f"{'no' if met['compiler'] else 'yes'} | {'yes' if cached.match else 'no'} |")
+           f"{'no' if met['compiler'] else 'yes'} | {cached.runner or '-'} | "
+           f"{'yes' if cached.match else 'no'} |")
     return row, met, speed
 
 
@@ -46,14 +47,18 @@ def cached_section(results: list[ModelResult]) -> list[str]:
              ("*cached*: a new process imports odla_tvm (*import*), loads the engine *default* "
               "kept in the engine cache and runs it once (*load + first run*, against "
               "onnxruntime's session creation and first run); it is then timed in the turns "
-              "beside *default* (the same engine in the process that compiled it). Peak RSS is "
+              "beside *default* (the same engine in the process that compiled it). *Runs in*: "
+              "ODLA's C library (libodla_tvm.so, no tvm_ffi in the process) or, for an engine it "
+              "cannot run (run-time checks registered from Python, dynamic shapes), tvm_ffi. "
+              "Peak RSS is "
               "the whole process's, import included, against onnxruntime's whole process; "
               f"*allowed*: {RSS_RATIO_GOAL:g}x onnxruntime's, or its plus {RSS_MARGIN_MB} MB "
               "where that is more. ✗ marks a model past its goal."), "",
              ("| model | import s | load + first run s | onnxruntime creation + first run s "
               "| cached ms | default ms | cached / default | peak RSS MB | onnxruntime MB "
-              "| allowed MB | compiler mapped | match |"),
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+              "| allowed MB | compiler mapped | runs in | match |"),
+             ("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- "
+              "| --- |")]
     misses = {"rss": [], "load": [], "compiler": []}
     speeds = []
     for r in rows:

@@ -84,6 +84,7 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
         result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
                                         error=process.error,
                                         compiler_mapped=ready.get("compiler_mapped"),
+                                        runner=ready.get("runner", ""),
                                         import_s=ready.get("import_s"),
                                         first_s=ready.get("first_s"))
         if process.error:

@@ -28,6 +28,7 @@ class PathResult:
     checks_s: float | None = None  # ODLA paths: a run's time in its run-time checks
     # ODLA paths: whether TVM's compiler (libtvm_compiler.so) was mapped after the first run.
     compiler_mapped: bool | None = None
+    runner: str = ""  # ODLA paths: what ran the engine, "C library" or "tvm_ffi"
     import_s: float | None = None
     first_s: float | None = None
     # In a reduced precision: its outputs against the float32 model's (onnxruntime's).

@@ -26,6 +26,7 @@ def _odla(job):
     compile and keep the engine there and run from the kept library and weights, as a user's
     first load does; the cached path's next process reads the one default kept."""
     import odla_tvm as odla
+    from odla_tvm.c_library_module import CLibraryModule
 
     import relay_bridge
 
@@ -36,7 +37,8 @@ def _odla(job):
                                      cache_dir=job["cache_dir"], precision=job["precision"])
     module, feeds = session.executable.module, job["feeds"]
     info = {"target": device.target.name, "tuned_kernels": len(module.tuned_kernels),
-            "kernels": len(module.kernel_bindings)}
+            "kernels": len(module.kernel_bindings),
+            "runner": "C library" if isinstance(module, CLibraryModule) else "tvm_ffi"}
     inputs = [feeds[arg.id] for arg in session.executable.args]
 
     def checks() -> float:
