@@ -46,6 +46,9 @@ def c_library_module(root: Path, library: Path, manifest: dict, device: Device,
     except binding.CallFailed as err:  # such as a call of a function Python registers
         log.debug("%s runs through tvm_ffi: the C library cannot load it: %s", root, err.reason)
         return None
+    except (OSError, AttributeError) as err:  # a library that does not load, or of old sources
+        log.debug("%s runs through tvm_ffi: %s", root, err)
+        return None
     outputs = [(slot["id"], t) for slot, t in zip(manifest["outputs"],
                                                    types[len(manifest["args"]):])]
     return CLibraryModule(engine, [slot["id"] for slot in manifest["args"]], outputs,

@@ -3,6 +3,7 @@
 the same outputs; what needs the compiled module switches to it; engines the C library cannot
 run (run-time checks registered from Python) load through tvm_ffi and keep their errors."""
 
+import os
 import subprocess
 import sys
 
@@ -63,11 +64,12 @@ if sys.argv[6:] == ["store"]:  # needs the compiled module, through tvm_ffi
 """
 
 
-def _cached_process(tmp_path, model, device_name, feeds, *extra) -> list[str]:
+def _cached_process(tmp_path, model, device_name, feeds, *extra, env=None) -> list[str]:
     np.savez(tmp_path / "feeds.npz", **feeds)
     done = subprocess.run([sys.executable, "-c", _CACHED_PROCESS, model, str(tmp_path / "cache"),
                            device_name, str(tmp_path / "feeds.npz"), str(tmp_path / "out.npy"),
-                           *extra], capture_output=True, text=True, timeout=300)
+                           *extra], capture_output=True, text=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
@@ -100,3 +102,13 @@ def test_an_engine_with_run_time_checks_runs_through_tvm_ffi_and_keeps_its_error
     lines = _cached_process(tmp_path, path, "DEFAULT", {"idx": np.array([1, 12, 9])})
     status, message = lines[1].split(" ", 1)
     assert status == "INVALID_PARAM" and "12" in message, lines
+
+
+def test_without_the_c_library_a_cached_engine_runs_through_tvm_ffi(tmp_path):
+    """Where the C library is not built (a folder without it), the engine loads as before."""
+    path, reference = _mlp(tmp_path / "m.onnx")
+    odla.Session.from_onnx(path, engine_cache=True, cache_dir=tmp_path / "cache")
+    lines = _cached_process(tmp_path, path, "DEFAULT", {"x": X},
+                            env={"ODLA_TVM_LIBODLA_DIR": str(tmp_path / "no-library")})
+    assert lines == ["CompiledModule ['tvm_ffi', 'importlib.metadata']", "ran"]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), reference(X), rtol=1e-5, atol=1e-5)
