@@ -89,10 +89,10 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     cached = result.paths["cached"]
     assert cached.error == "" and cached.match
     assert 0 < cached.load_s < result.paths["default"].load_s
-    # Its process, import included, ran on TVM's runtime alone (in the C library, where
-    # building it did not fail), in less memory than a compile.
+    # Its process, import included, ran on TVM's runtime alone, in less memory than a compile;
+    # through tvm_ffi, as the model's batch is dynamic (the C library runs static shapes).
     assert cached.compiler_mapped is False and result.paths["default"].compiler_mapped
-    assert cached.runner == "C library" and result.paths["default"].runner == "tvm_ffi"
+    assert cached.runner == result.paths["default"].runner == "tvm_ffi"
     assert cached.seconds > 0 and cached.peak_rss_mb < result.paths["default"].peak_rss_mb
     assert result.paths["default"].target == "host-cpu-onednn-auto"
     assert result.paths["tvm"].target == "host-cpu"
