@@ -92,6 +92,11 @@ def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     # Its process, import included, ran on TVM's runtime alone, in less memory than a compile;
     # through tvm_ffi, as the model's batch is dynamic (the C library runs static shapes).
     assert cached.compiler_mapped is False and result.paths["default"].compiler_mapped
+    # Its load + first run, and onnxruntime's, measured in two more processes each.
+    for path in ("cached", "onnxruntime"):
+        samples = result.paths[path].more_first_results_s
+        assert len(samples) == 2 and all(s > 0 for s in samples), (path, samples)
+    assert result.paths["default"].more_first_results_s == []
     assert cached.runner == result.paths["default"].runner == "tvm_ffi"
     assert cached.seconds > 0 and cached.peak_rss_mb < result.paths["default"].peak_rss_mb
     assert result.paths["default"].target == "host-cpu-onednn-auto"
@@ -201,7 +206,8 @@ def _row(name, default, tvm, ort, openvino=None, **paths):
 
 def test_report_ratios_geo_means_goals_and_notes():
     cached = PathResult(0.126, 5, load_s=0.2, peak_rss_mb=170, match=True, compiler_mapped=False,
-                        import_s=0.3, first_s=0.1, runner="C library")
+                        import_s=0.3, first_s=0.1, runner="C library",
+                        more_first_results_s=[0.28, 0.26])
     results = [_row("bert", 0.12, 1.2, 0.1, 0.09, cached=cached),
                _row("vit", 0.2, 0.8, 0.2),
                ModelResult("gpt2", "gpt2.onnx", error="onnxruntime: out of memory")]
@@ -211,9 +217,10 @@ def test_report_ratios_geo_means_goals_and_notes():
     assert ("| bert | 120.0 | 1200.0 | 100.0 | 90.0 | 1.20x | 12.00x | 0.90x | "
             "1.5 / 1.2 / 0.2 / 0.4 | 900 / 850 / 120 / 200 | yes / yes / yes | "
             "1.20 (1.0%) / - | 5 / 3 |") in text
-    # The cached path: its load and first run (0.3 s) against onnxruntime's creation and first
-    # run (0.25 s): missed; 170 MB against onnxruntime's 120 (allowed: 120 + 40): missed.
-    assert ("| bert | 0.30 | 0.300 ✗ | 0.250 | 126.0 | 120.0 | 1.05x | 170 ✗ | 120 | 160 | no "
+    # The cached path: its load and first run (the median of 0.3, 0.28 and 0.26 s) against
+    # onnxruntime's creation and first run (0.25 s): missed; 170 MB against onnxruntime's 120
+    # (allowed: 120 + 40): missed.
+    assert ("| bert | 0.30 | 0.280 ✗ | 0.250 | 126.0 | 120.0 | 1.05x | 170 ✗ | 120 | 160 | no "
             "| C library | yes |") in text
     assert "creation and first run, on every model (1): not met (bert)." in text
     assert "within the allowed, on every model (1): not met (bert)." in text

@@ -3,7 +3,7 @@ loads a kept engine, set against onnxruntime's whole process and the default pat
 
 from __future__ import annotations
 
-from .results import ModelResult, ms
+from .results import FIRST_RESULT_PROCESSES, ModelResult, ms
 
 # A cached load's peak RSS: at most this times onnxruntime's whole process, or its plus the
 # margin where that is more.
@@ -46,7 +46,8 @@ def cached_section(results: list[ModelResult]) -> list[str]:
     lines = ["## Cached load: the run path without TVM's compiler", "",
              ("*cached*: a new process imports odla_tvm (*import*), loads the engine *default* "
               "kept in the engine cache and runs it once (*load + first run*, against "
-              "onnxruntime's session creation and first run); it is then timed in the turns "
+              "onnxruntime's session creation and first run: each the median of "
+              f"{FIRST_RESULT_PROCESSES} processes started in turns); it is then timed in the turns "
               "beside *default* (the same engine in the process that compiled it). *Runs in*: "
               "ODLA's C library (libodla_tvm.so, no tvm_ffi in the process) or, for an engine it "
               "cannot run (run-time checks registered from Python, dynamic shapes), tvm_ffi. "
