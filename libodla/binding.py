@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .paths import library_path
@@ -82,9 +83,12 @@ class Library:
     def call(self, name: str, *args) -> None:
         """Calls ODLA function ``name``; CallFailed unless it succeeds."""
         self._reasons.last = ""
-        status = getattr(self.dll, name)(*args)
+        self.check(name, getattr(self.dll, name)(*args))
+
+    def check(self, name: str, status: int) -> None:
+        """CallFailed with the reason the library logged, unless ``status`` is SUCCESS."""
         if status != SUCCESS:
-            raise CallFailed(name, status, self._reasons.last)
+            raise CallFailed(name, status, getattr(self._reasons, "last", ""))
 
 
 class LoadedExecutable:
@@ -115,14 +119,19 @@ class LoadedExecutable:
             self._mine.context = context
         return context
 
-    def launch(self, inputs: dict[bytes, np.ndarray], outputs: dict[bytes, np.ndarray]) -> None:
-        """Runs on ``inputs`` and writes ``outputs``, each C-contiguous, by value id."""
-        context, call = self._context(), self.library.call
-        for value_id, array in inputs.items():
-            call("odla_BindToArgumentById", value_id, array.ctypes.data, context)
-        for value_id, array in outputs.items():
-            call("odla_BindToOutputById", value_id, array.ctypes.data, context)
-        call("odla_LaunchExecutable", self.handle, context)
+    def launch(self, inputs: Iterable[tuple[bytes, np.ndarray]],
+               outputs: Iterable[tuple[bytes, np.ndarray]]) -> None:
+        """Runs on ``inputs`` and writes ``outputs``, (value id, C-contiguous array) pairs.
+        The ODLA functions are called directly: this is every run's path."""
+        context, library, dll = self._context(), self.library, self.library.dll
+        library._reasons.last = ""
+        bind = dll.odla_BindToArgumentById
+        for value_id, array in inputs:
+            library.check("odla_BindToArgumentById", bind(value_id, array.ctypes.data, context))
+        bind = dll.odla_BindToOutputById
+        for value_id, array in outputs:
+            library.check("odla_BindToOutputById", bind(value_id, array.ctypes.data, context))
+        library.check("odla_LaunchExecutable", dll.odla_LaunchExecutable(self.handle, context))
 
     def close(self) -> None:
         """Frees the executable and its contexts (no launch may run meanwhile)."""

@@ -63,6 +63,7 @@ class CLibraryModule:
         self._engine = engine
         self._arg_ids = [i.encode() for i in arg_ids]
         self._outputs = [(i.encode(), t.dtype, t.shape.dims) for i, t in outputs]
+        self._output_ids = [i for i, _, _ in self._outputs]
         self._library, self._load_weights = library, load_weights
         self._compiled: targets.CompiledModule | None = None
         self._lock = threading.Lock()  # a launch, or the switch to a CompiledModule
@@ -80,8 +81,8 @@ class CLibraryModule:
             with self._lock:
                 if self._compiled is None:
                     self._engine.launch(
-                        {i: np.ascontiguousarray(a) for i, a in zip(self._arg_ids, inputs)},
-                        {o[0]: array for o, array in zip(self._outputs, outputs)})
+                        zip(self._arg_ids, map(np.ascontiguousarray, inputs)),
+                        zip(self._output_ids, outputs))
                     return outputs
         return self.compiled_module().run(inputs, on_call)
 
