@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("libodla")
 
 SUCCESS = 0
-_LOCATION_PATH = 0
 # odla_log_level: what the library reports at ERROR and FATAL is the failing call's reason.
 _FAILURE_LEVELS = (1, 2)
 _LOG_LEVELS = {3: logging.WARNING, 4: logging.INFO, 5: logging.DEBUG, 6: logging.DEBUG}
@@ -33,11 +32,6 @@ class CallFailed(Exception):
     def __init__(self, function: str, status: int, reason: str):
         super().__init__(f"{function} failed with status {status}: {reason or 'no reason given'}")
         self.function, self.status, self.reason = function, status, reason
-
-
-class _Location(ctypes.Structure):  # odla_resource_location
-    _fields_ = [("location_type", ctypes.c_int), ("location", ctypes.c_char_p),
-                ("size", ctypes.c_size_t)]
 
 
 class Library:
@@ -61,7 +55,6 @@ class Library:
         self.dll.odla_SetLogger(self._logger)
         handle = ctypes.POINTER(ctypes.c_void_p)
         for name, argtypes in {
-                "odla_LoadExecutable": [_Location, ctypes.c_void_p, handle],
                 "odla_tvm_LoadCheckedBundle": [ctypes.c_char_p, handle],
                 "odla_DestroyExecutable": [ctypes.c_void_p],
                 "odla_CreateContext": [handle],
@@ -94,17 +87,12 @@ class Library:
 class LoadedExecutable:
     """An executable in the library, launched from any thread (each has its own context)."""
 
-    def __init__(self, location: str, checked: bool = False):
-        """Loads the stored executable or bundle folder at ``location``; ``checked``: a bundle
-        its caller has checked already, so the library does not hash its files again."""
+    def __init__(self, bundle: str):
+        """Loads the bundle folder ``bundle``, which its caller has checked (the library does
+        not hash its files again)."""
         self.library = Library.get()
         self.handle = ctypes.c_void_p()
-        path = location.encode()
-        if checked:
-            self.library.call("odla_tvm_LoadCheckedBundle", path, ctypes.byref(self.handle))
-        else:
-            self.library.call("odla_LoadExecutable", _Location(_LOCATION_PATH, path, 0), None,
-                              ctypes.byref(self.handle))
+        self.library.call("odla_tvm_LoadCheckedBundle", bundle.encode(), ctypes.byref(self.handle))
         self._contexts: list[ctypes.c_void_p] = []
         self._mine = threading.local()
         self._lock = threading.Lock()

@@ -42,7 +42,7 @@ def c_library_module(root: Path, library: Path, manifest: dict, device: Device,
     from libodla import binding
 
     try:
-        engine = binding.LoadedExecutable(os.fspath(root), checked=True)
+        engine = binding.LoadedExecutable(os.fspath(root))
     except binding.CallFailed as err:  # such as a call of a function Python registers
         log.debug("%s runs through tvm_ffi: the C library cannot load it: %s", root, err.reason)
         return None
@@ -62,8 +62,8 @@ class CLibraryModule:
                  device: Device, library: Path, load_weights: Callable[[], list[np.ndarray]]):
         self._engine = engine
         self._arg_ids = [i.encode() for i in arg_ids]
-        self._outputs = [(i.encode(), t.dtype, t.shape.dims) for i, t in outputs]
-        self._output_ids = [i for i, _, _ in self._outputs]
+        self._output_ids = [i.encode() for i, _ in outputs]
+        self._output_types = [(t.dtype, t.shape.dims) for _, t in outputs]
         self._library, self._load_weights = library, load_weights
         self._compiled: targets.CompiledModule | None = None
         self._lock = threading.Lock()  # a launch, or the switch to a CompiledModule
@@ -77,7 +77,7 @@ class CLibraryModule:
         """CompiledModule.run's outputs; a run told of each call (``on_call``) is the
         CompiledModule's."""
         if on_call is None and self._compiled is None:
-            outputs = [np.empty(dims, dtype) for _, dtype, dims in self._outputs]
+            outputs = [np.empty(dims, dtype) for dtype, dims in self._output_types]
             with self._lock:
                 if self._compiled is None:
                     self._engine.launch(

@@ -253,8 +253,7 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
                     "rebuilding it", path, odla_tvm_version())
         _remove(path)
         return None
-    stored_files = info.get("files")
-    if stored_files is not None and stored_files != _file_stats(path):
+    if info.get("files") != _file_stats(path):
         log.warning("engine cache entry %s changed after it was stored; rebuilding it", path)
         _remove(path)
         return None
@@ -262,8 +261,7 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
         # Unchanged since stored (sizes and times): not hashed again, read as it is mapped;
         # run by the C library where it can, so that a served process's first result waits
         # for no tvm_ffi import.
-        executable = load_bundle(path, device, check_digests=stored_files is None,
-                                 c_library=stored_files is not None)
+        executable = load_bundle(path, device, checked=True)
     except OdlaError as err:
         log.warning("engine cache entry %s cannot be used (%s); rebuilding it", path, err.message)
         _remove(path)

@@ -346,12 +346,11 @@ def load_executable(location, device: Device | None = None) -> Executable:
         raise _corrupt(f"its contents do not load ({err})") from None
 
 
-def load_bundle(path, device: Device | None = None, check_digests: bool = True,
-                c_library: bool = False) -> Executable:
+def load_bundle(path, device: Device | None = None, checked: bool = False) -> Executable:
     """Loads an exported bundle after checking, before touching its library, that it was
-    built for this machine and this TVM and that no file is missing or (``check_digests``:
-    its sha256 against the manifest's) altered; with ``c_library``, run by ODLA's C library
-    where it can (odla_tvm.c_library_module)."""
+    built for this machine and this TVM and that no file is missing or altered (its sha256
+    against the manifest's). A bundle its caller has ``checked`` (the engine cache's) is not
+    hashed again, and runs in ODLA's C library where it can (odla_tvm.c_library_module)."""
     root = Path(path)
     try:
         manifest = json.loads((root / MANIFEST).read_text())
@@ -374,7 +373,7 @@ def load_bundle(path, device: Device | None = None, check_digests: bool = True,
             file = root / name
             if not file.is_file():
                 raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is missing from {root}")
-            if check_digests and file_sha256(file) != digest:
+            if not checked and file_sha256(file) != digest:
                 raise OdlaError(
                     Status.INVALID_PARAM,
                     f"bundle file {name} was altered: its sha256 differs from the manifest's",
@@ -382,7 +381,7 @@ def load_bundle(path, device: Device | None = None, check_digests: bool = True,
         if LIBRARY not in files:
             raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
         module = c_library_module(root, root / LIBRARY, manifest, device,
-                                  lambda: _mapped_weights(root, manifest)) if c_library else None
+                                  lambda: _mapped_weights(root, manifest)) if checked else None
         if module is None:
             module = targets.CompiledModule.load(str(root / LIBRARY), device.target,
                                                  device.index, _mapped_weights(root, manifest))

@@ -496,7 +496,6 @@ def _ensure_builtin():
             register_target(AARCH64_LINUX)
 
 
-@cache
 def tvm_version() -> str:
     """TVM's version, read from its package's metadata (importing it loads the compiler)."""
     return distribution_version("apache-tvm")

@@ -156,8 +156,9 @@ def device_plugin(device_name: str) -> VendorPlugin | None:
     """The plugin serving ODLA device ``device_name`` (a DeviceName's name), if any: one
     built in is found without reading entry points."""
     for name in BUILT_IN:
-        if get_plugin(name).device_name == device_name:
-            return _PLUGINS[name]
+        plugin = get_plugin(name)
+        if plugin.device_name == device_name:
+            return plugin
     return next((p for p in available_plugins() if p.device_name == device_name), None)
 
 
