@@ -728,6 +728,31 @@ def test_exported_module_with_onednn_parts_runs_in_a_fresh_process(tmp_path):
 
 
 @needs_onednn
+def test_a_module_without_onednn_regions_does_not_load_onednn(tmp_path):
+    """Only a module with regions links oneDNN's library, whose load every load of the
+    module would otherwise wait for."""
+    def build():
+        odla.set_value_as_output(odla.sin(odla.create_argument(VT(E.FLOAT32, (2, 3)), "x")))
+
+    x = _randn(RNG, 2, 3)
+    exe, _ = _run(build, {"x": x}, DeviceName.INTEL_DNNL)
+    assert exe.module.vendor_regions == []
+    path = tmp_path / "sin.odla"
+    odla.store_executable(str(path), exe)
+    script = textwrap.dedent(f"""
+        import numpy as np, odla_tvm as odla
+        device = odla.allocate_device(device_name=odla.DeviceName.INTEL_DNNL)
+        out = odla.Session({str(path)!r}, device).run({{"x": np.array({x.tolist()!r}, "float32")}})[0]
+        np.save({str(tmp_path / 'out.npy')!r}, out)
+        print("libdnnl mapped:", "libdnnl" in open("/proc/self/maps").read())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), np.sin(x), rtol=1e-5, atol=1e-6)
+
+
+@needs_onednn
 def test_regions_share_one_scratch_buffer_for_their_intermediates(tmp_path):
     """Eight regions (two 1x1 convolutions each, widening to 32-60 channels and back; TVM's
     sine between them), each holding 16-24 MB of intermediates in oneDNN's layouts: a fresh

@@ -60,6 +60,10 @@ class BuiltModule(CompiledModule):
         export_library(self.library.mod, path, linker(self.spec), self._link_options())
 
     def _link_options(self) -> list[str]:
+        # A module without plugin regions needs none of their libraries: linked, every load
+        # of it would load them too (oneDNN's takes milliseconds).
+        if not self.vendor_regions:
+            return []
         return [o for name in self.spec.plugins
                 for o in vendor_plugins.get_plugin(name).link_options()]
 
