@@ -129,6 +129,14 @@ constexpr size_t kAlignment = 64;  // a cache line, as oneDNN aligns what it all
 
 inline size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+// /proc/self/pagemap, opened by the first release_file_pages given it and closed with it.
+struct Pagemap {
+  int fd = -2;  // -2: not opened yet
+  ~Pagemap() {
+    if (fd >= 0) close(fd);
+  }
+};
+
 // A packed weight's source, once packed, is read again only if the constant's address
 // changes. Where it is memory-mapped from a file (the engine cache's weights), its pages
 // leave the process (mapped again from the page cache should anything read them), so the
@@ -136,19 +144,18 @@ inline size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignme
 // (or shared memory's, which keeps its contents too) from the process's own: a page it wrote
 // (copy-on-write) and anonymous memory stay. Not MADV_PAGEOUT: it drops the pages from the
 // page cache too, and the next process loading the engine would read them from disk.
-void release_file_pages(void* data, size_t size) {
+void release_file_pages(Pagemap& pagemap, void* data, size_t size) {
   auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
   uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) / page * page;
   if (end <= begin) return;
-  // /proc/self/pagemap: one 64-bit entry a page; bit 63 present, bit 61 a file page.
+  if (pagemap.fd == -2) pagemap.fd = open("/proc/self/pagemap", O_RDONLY);
+  if (pagemap.fd < 0) return;
+  // One 64-bit entry a page; bit 63 present, bit 61 a file page.
   std::vector<uint64_t> entries((end - begin) / page);
   size_t bytes = entries.size() * sizeof(uint64_t);
-  int pagemap = open("/proc/self/pagemap", O_RDONLY);
-  if (pagemap < 0) return;
-  ssize_t got = pread(pagemap, entries.data(), bytes,
+  ssize_t got = pread(pagemap.fd, entries.data(), bytes,
                       static_cast<off_t>(begin / page * sizeof(uint64_t)));
-  close(pagemap);
   if (got != static_cast<ssize_t>(bytes)) return;
   constexpr uint64_t kFilePage = (1ull << 63) | (1ull << 61);
   for (size_t first = 0; first < entries.size();) {
@@ -223,7 +230,8 @@ class Region {
     for (auto& [value, output] : in_output_) value.set_data_handle(outputs_[output].get_data_handle());
     for (auto& [value, writer] : writers_) writer.set_data_handle(value.get_data_handle());
     for (auto& [source, view] : step_views_) view.set_data_handle(source.get_data_handle());
-    for (Weights& w : weights_) refresh(w);
+    Pagemap pagemap;
+    for (Weights& w : weights_) refresh(w, pagemap);
     dnnl::stream stream(cpu_engine());
     for (Action& action : actions_) action.primitive.execute(stream, action.args);
     stream.wait();
@@ -371,7 +379,7 @@ class Region {
     return weights_.back().packed;
   }
 
-  void refresh(Weights& w) {
+  void refresh(Weights& w, Pagemap& pagemap) {
     void* address = w.source.get_data_handle();
     auto known = std::find_if(w.copies.begin(), w.copies.end(),
                               [address](const auto& copy) { return copy.first == address; });
@@ -380,7 +388,7 @@ class Region {
       dnnl::stream stream(cpu_engine());
       dnnl::reorder(w.source, copy).execute(stream, w.source, copy);
       stream.wait();
-      release_file_pages(address, w.source.get_desc().get_size());
+      release_file_pages(pagemap, address, w.source.get_desc().get_size());
       known = w.copies.insert(w.copies.end(), {address, copy});
     }
     w.packed.set_data_handle(known->second.get_data_handle());
