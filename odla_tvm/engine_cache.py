@@ -152,15 +152,20 @@ def _code_state() -> str:
     """odla-tvm's own code as installed here (its files' sizes and modification times): an
     engine built by other code of the same version number is not this code's."""
     digest = hashlib.sha256()
+
+    def add(folder: str, prefix: str) -> None:  # (os.scandir: a cached load pays this walk)
+        with os.scandir(folder) as found:
+            for entry in sorted(found, key=lambda e: e.name):
+                if entry.is_dir():
+                    if entry.name != "__pycache__":
+                        add(entry.path, f"{prefix}{entry.name}/")
+                elif entry.name.endswith((".py", ".cc", ".h")):
+                    stat = entry.stat()
+                    digest.update(f"{prefix}{entry.name}:{stat.st_size}:"
+                                  f"{stat.st_mtime_ns};".encode())
+
     for package in ("odla_tvm", "relay_bridge", "targets"):
-        root = os.path.dirname(importlib.util.find_spec(package).origin)
-        for folder, folders, names in os.walk(root):  # (os.walk: a cached load pays this)
-            folders[:] = sorted(f for f in folders if f != "__pycache__")
-            for name in sorted(n for n in names if n.endswith((".py", ".cc", ".h"))):
-                path = os.path.join(folder, name)
-                stat = os.stat(path)
-                digest.update(f"{os.path.relpath(path, root)}:{stat.st_size}:"
-                              f"{stat.st_mtime_ns};".encode())
+        add(os.path.dirname(importlib.util.find_spec(package).origin), "")
     return digest.hexdigest()
 
 
