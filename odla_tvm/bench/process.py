@@ -26,6 +26,9 @@ class PathProcess:
         root = os.path.dirname(os.path.dirname(os.path.dirname(WORKER)))  # odla_tvm's parent
         env = {**os.environ, "TVM_NUM_THREADS": str(threads),
                "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), root]))}
+        # NumPy only holds arrays here. Its OpenBLAS threads spin for about 0.1 s after its
+        # import, taking a core from a path whose load follows a short import (odla_tvm's).
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
         # -P: the worker's folder stays off sys.path (its modules' names could shadow others').
         self._process = subprocess.Popen([sys.executable, "-P", WORKER], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._stderr, env=env)
