@@ -94,6 +94,7 @@ class CLibraryModule:
                 module = targets.CompiledModule.load(os.fspath(self._library), self.spec,
                                                      self.device_index, self._load_weights())
                 module.vendor_regions = self.vendor_regions
+                module.packed_weights_root = os.fspath(self._library.parent)
                 self._engine.close()
                 self._compiled = module
             return self._compiled

@@ -275,10 +275,18 @@ def load(key: str, device: Device, cache_dir=None) -> Executable | None:
     return executable
 
 
+# The folder of an entry where its runs keep oneDNN's packed weights (packed_store.h in
+# targets/plugins/onednn), added after the entry is stored: each checked by its size there.
+PACKED_WEIGHTS_FOLDER = "packed"
+
+
 def _file_stats(path: Path) -> dict[str, list[int]]:
-    """Each file of the entry at ``path`` (relative): [its size, its modification time]."""
+    """Each file of the entry at ``path`` (relative; not its packed weights): [its size, its
+    modification time]."""
     stats = {}
-    for folder, _, names in os.walk(path):
+    for folder, folders, names in os.walk(path):
+        if folder == os.fspath(path) and PACKED_WEIGHTS_FOLDER in folders:
+            folders.remove(PACKED_WEIGHTS_FOLDER)
         for name in names:
             file = os.path.join(folder, name)
             info = os.stat(file)

@@ -385,6 +385,8 @@ def load_bundle(path, device: Device | None = None, checked: bool = False) -> Ex
         if module is None:
             module = targets.CompiledModule.load(str(root / LIBRARY), device.target,
                                                  device.index, _mapped_weights(root, manifest))
+            if checked:  # an engine-cache entry, which keeps its packed weights
+                module.packed_weights_root = os.fspath(root)
         variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
         return executable_from_manifest(module, device, manifest, variables)
     except OdlaError:
@@ -429,6 +431,7 @@ def run_from_bundle(exe: Executable, path) -> None:
     root = Path(path)
     exe.module.run_from_library(os.fspath(root / LIBRARY),
                                 _mapped_weights(root, json.loads((root / MANIFEST).read_text())))
+    exe.module.packed_weights_root = os.fspath(root)
 
 
 def _weights(manifest: dict, arrays) -> list[np.ndarray]:

@@ -183,6 +183,9 @@ class CompiledModule:
         self._main = None
         self.runtime_library = None  # once the VM is: the library, or its vendor parts linked
         self._vendor_dir = None  # where the vendor library is linked, once the VM needs it
+        # An engine-cache entry's folder, where its vendor regions keep their packed weights
+        # (plugins.KEEP_PACKED_WEIGHTS_FUNCTION); None: they keep nothing between processes.
+        self.packed_weights_root: str | None = None
         self._library_file = None  # once it runs from a library file: that file, open
         self._lock = threading.Lock()  # one VM's registers are not safe to share across threads
         # Per input slot, used under _lock: (the last array run, the tensor TVM gets for it,
@@ -203,6 +206,11 @@ class CompiledModule:
             if self.vendor_regions:
                 ready_to_run_plugins(self.spec)
             self._vm = self._new_vm()
+            if self.vendor_regions and self.packed_weights_root is not None and \
+                    self.runtime_library.implements_function(
+                        vendor_plugins.KEEP_PACKED_WEIGHTS_FUNCTION, True):
+                self.runtime_library.get_function(vendor_plugins.KEEP_PACKED_WEIGHTS_FUNCTION,
+                                                  True)(self.packed_weights_root)
             self._weight_tensors = [device_tensor(w, self._device) for w in self.weights]
             # The FFI functions behind an Array's len() and [i], called directly:
             # Array.__getitem__ asks for the length first and goes through a Python helper,

@@ -390,6 +390,57 @@ def test_a_first_load_runs_from_its_kept_weights_and_packed_ones_leave_memory(tm
         assert out.dtype == np.float32 and out.shape == (2, 3)
 
 
+_PACKED_RUN = """
+import sys
+if sys.argv[4] == "tvm_ffi":
+    import tvm_ffi  # loaded already: the engine runs through it, not the C library
+import numpy as np, odla_tvm as odla
+from odla_tvm.c_library_module import CLibraryModule
+session = odla.Session.from_onnx(sys.argv[1], odla.allocate_device(
+    device_name=odla.DeviceName.INTEL_DNNL), engine_cache=True, cache_dir=sys.argv[2])
+np.save(sys.argv[3], session.run({"x": np.load(sys.argv[5])})[0])
+print("C library" if isinstance(session.executable.module, CLibraryModule) else "tvm_ffi")
+"""
+
+
+@pytest.mark.skipif(default_plugin_missing() is not None, reason=str(default_plugin_missing()))
+@pytest.mark.parametrize("runner", ["C library", "tvm_ffi"])
+def test_an_entry_keeps_its_packed_weights_for_the_loads_after(tmp_path, runner):
+    """oneDNN packs a weight on the first run; the entry keeps the packed copy (packed/, not
+    among the files it checks, so it still hits) and later processes read it instead of
+    packing again: zeroed, they compute with zero weights; one of the wrong size is packed
+    and kept again."""
+    path, reference = _mlp(tmp_path / "m.onnx", hidden=4096)
+    session = _load(path, tmp_path / "cache", device=odla.allocate_device(
+        device_name=odla.DeviceName.INTEL_DNNL))
+    (first,) = session.run({"x": X})
+    np.testing.assert_allclose(first, reference(X), rtol=1e-5, atol=1e-5)
+    (entry,) = engine_cache.entries(tmp_path / "cache")
+    kept = sorted((entry.path / engine_cache.PACKED_WEIGHTS_FOLDER).iterdir())
+    sizes = sorted(f.stat().st_size for f in kept)
+    assert len(kept) == 2 and sizes[0] >= 4096 * 3 * 4 and sizes[1] >= 4 * 4096 * 4, sizes
+    np.save(tmp_path / "x.npy", X)
+
+    def load_in_a_new_process() -> np.ndarray:
+        done = subprocess.run([sys.executable, "-c", _PACKED_RUN, path, str(tmp_path / "cache"),
+                               str(tmp_path / "out.npy"), runner, str(tmp_path / "x.npy")],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split("\n")[-2] == runner, done.stdout
+        assert [e.path for e in engine_cache.entries(tmp_path / "cache")] == [entry.path]
+        return np.load(tmp_path / "out.npy")
+
+    np.testing.assert_allclose(load_in_a_new_process(), reference(X), rtol=1e-5, atol=1e-5)
+    for f in kept:
+        f.write_bytes(bytes(f.stat().st_size))
+    out = load_in_a_new_process()
+    assert out.shape == (2, 3) and not out.any()  # x @ 0 -> 0
+    for f in kept:
+        f.write_bytes(b"short")
+    np.testing.assert_allclose(load_in_a_new_process(), reference(X), rtol=1e-5, atol=1e-5)
+    assert sorted(f.stat().st_size for f in kept) == sizes  # packed and kept again
+
+
 def test_weights_a_pure_tvm_compile_packs_go_to_files_linked_into_the_entry(tmp_path,
                                                                            monkeypatch):
     """INTEL_X86 packs a 1 MB matmul weight when compiling: written to a file beside the

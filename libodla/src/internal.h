@@ -113,7 +113,8 @@ const odla_tvm_compiler_api& Compiler();
 
 // Loads an executable from a stored executable's bytes.
 std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const std::string& what);
-// Loads the exported bundle in the folder `root` (see ParseBundle).
+// Loads the exported bundle in the folder `root` (see ParseBundle); one not checked against
+// its digests is an engine-cache entry, where its vendor regions keep their packed weights.
 std::shared_ptr<_odla_executable> LoadBundle(const std::string& root, bool check_digests = true);
 
 // Copies `value`, an output of the context's last run, to `data`; false if it has none.

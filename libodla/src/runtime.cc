@@ -276,7 +276,14 @@ std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const st
 }
 
 std::shared_ptr<_odla_executable> LoadBundle(const std::string& root, bool check_digests) {
-  return Loaded(std::make_shared<_odla_executable>(), ParseBundle(root, check_digests), root);
+  auto exe = Loaded(std::make_shared<_odla_executable>(), ParseBundle(root, check_digests), root);
+  // An engine-cache entry (its files checked by the caller, not against digests) keeps its
+  // vendor regions' packed weights (odla_tvm's targets.plugins.KEEP_PACKED_WEIGHTS_FUNCTION).
+  if (!check_digests) {
+    auto keep = (*exe->library)->GetFunction("odla_keep_packed_weights", true);
+    if (keep.has_value()) (*keep)(ffi::String(root));
+  }
+  return exe;
 }
 
 bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data) {

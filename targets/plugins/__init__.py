@@ -61,6 +61,12 @@ class PluginPattern:
                                              self.check)
 
 
+# What a plugin's runtime that derives data from weights on a first run (oneDNN's packed
+# copies) may export: given an engine-cache entry's folder, it keeps that data there for the
+# processes that load the entry later. Loaders of cache entries call it before the first run.
+KEEP_PACKED_WEIGHTS_FUNCTION = "odla_keep_packed_weights"
+
+
 def _nothing_needed() -> None:
     return None
 

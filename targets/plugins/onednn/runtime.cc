@@ -32,6 +32,7 @@
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
 
+#include "packed_store.h"
 #include "region.h"
 
 extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
@@ -189,6 +190,9 @@ char* scratch(size_t bytes) {
   return static_cast<char*>(arena.data);
 }
 
+// Where this library's regions keep their packed weights (see packed_store.h).
+PackedStore packed_store;
+
 class Region {
  public:
   explicit Region(const RegionSpec& spec)
@@ -231,7 +235,8 @@ class Region {
     for (auto& [value, writer] : writers_) writer.set_data_handle(value.get_data_handle());
     for (auto& [source, view] : step_views_) view.set_data_handle(source.get_data_handle());
     Pagemap pagemap;
-    for (Weights& w : weights_) refresh(w, pagemap);
+    FileMappings mappings;
+    for (Weights& w : weights_) refresh(w, pagemap, mappings);
     dnnl::stream stream(cpu_engine());
     for (Action& action : actions_) action.primitive.execute(stream, action.args);
     stream.wait();
@@ -341,7 +346,7 @@ class Region {
   struct Weights {
     memory source;  // the parameter as the graph stores it
     memory packed;  // what the primitive reads: points at the copy for source's address
-    std::vector<std::pair<void*, memory>> copies;
+    std::vector<PackedCopy> copies;
   };
 
   memory& value(Operand operand) {
@@ -379,19 +384,24 @@ class Region {
     return weights_.back().packed;
   }
 
-  void refresh(Weights& w, Pagemap& pagemap) {
+  void refresh(Weights& w, Pagemap& pagemap, FileMappings& mappings) {
     void* address = w.source.get_data_handle();
     auto known = std::find_if(w.copies.begin(), w.copies.end(),
-                              [address](const auto& copy) { return copy.first == address; });
+                              [address](const PackedCopy& copy) { return copy.source == address; });
     if (known == w.copies.end()) {
-      memory copy(w.packed.get_desc(), cpu_engine());
-      dnnl::stream stream(cpu_engine());
-      dnnl::reorder(w.source, copy).execute(stream, w.source, copy);
-      stream.wait();
+      std::optional<PackedCopy> kept = packed_store.find(w.source, w.packed.get_desc(), mappings);
+      if (!kept) {
+        memory copy(w.packed.get_desc(), cpu_engine());
+        dnnl::stream stream(cpu_engine());
+        dnnl::reorder(w.source, copy).execute(stream, w.source, copy);
+        stream.wait();
+        packed_store.keep(w.source, copy, mappings);
+        kept = PackedCopy{address, copy, nullptr};
+      }
       release_file_pages(pagemap, address, w.source.get_desc().get_size());
-      known = w.copies.insert(w.copies.end(), {address, copy});
+      known = w.copies.insert(w.copies.end(), *kept);
     }
-    w.packed.set_data_handle(known->second.get_data_handle());
+    w.packed.set_data_handle(known->packed.get_data_handle());
   }
 
   // Post-ops in graph order; ``args`` gets the memory each one reads per call.
@@ -893,6 +903,8 @@ class Region {
   std::mutex mutex_;
 };
 
+inline void keep_packed_weights(const tvm::ffi::String& root) { packed_store.keep_in(root); }
+
 // Each generated region's state, made on its first call.
 std::mutex regions_mutex;
 std::unordered_map<const RegionSpec*, std::shared_ptr<Region>> regions;
@@ -917,3 +929,4 @@ extern "C" int odla_onednn_run(const odla_onednn::RegionSpec* spec, const TVMFFI
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(odla_onednn_calls, odla_onednn::calls);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(odla_keep_packed_weights, odla_onednn::keep_packed_weights);

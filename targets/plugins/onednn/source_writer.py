@@ -10,7 +10,7 @@ from importlib import resources
 import tvm
 from tvm import relax
 
-from .. import composite_steps, static_library
+from .. import KEEP_PACKED_WEIGHTS_FUNCTION, composite_steps, static_library
 from .library import include_dir
 from .patterns import (_is_per_channel, _shape, _transpose_axes, BINARY_POST_OPS, MAX_POST_OPS,
                        UNARY_POST_OPS)
@@ -309,11 +309,13 @@ def _region_header() -> str:
 def _runtime() -> tvm.runtime.Module:
     """runtime.cc as an object every model library with regions links: compiled once per
     machine and cached (it takes g++ seconds; the tables of a model's regions take a fraction
-    of one). Its symbols are hidden but the call counter: each model library has its own."""
+    of one). Its symbols are hidden but the call counter and where packed weights are kept:
+    each model library has its own."""
     source = resources.files("targets.plugins.onednn").joinpath("runtime.cc").read_text()
-    return static_library(source, [CALLS_FUNCTION],
+    return static_library(source, [CALLS_FUNCTION, KEEP_PACKED_WEIGHTS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
-                           "-I", _source_dir()], headers=[_region_header()])
+                           "-I", _source_dir()],
+                          headers=[_region_header(), os.path.join(_source_dir(), "packed_store.h")])
 
 
 def codegen(regions: list[relax.Function], _items) -> list:
