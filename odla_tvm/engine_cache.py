@@ -32,7 +32,6 @@ import targets
 from toolchain import cache_dir as default_cache_dir
 
 from .device import Device, checked_device
-from . import bundle
 from .executable import (Executable, file_sha256, load_bundle, run_from_bundle,
                          write_atomically)
 from .types import OdlaError
@@ -306,6 +305,8 @@ def store(key: str, executable: Executable, description: str, cache_dir=None) ->
             "stored": time.strftime("%Y-%m-%d %H:%M:%S"), "odla-tvm": odla_tvm_version(),
             "untuned": _untuned_keys.get(key)}
     try:
+        from . import bundle  # (a store's alone: a cached load does not import it)
+
         root.mkdir(parents=True, exist_ok=True)
         bundle.export(executable, None, path)  # written beside and renamed into place
         info["files"] = _file_stats(path)

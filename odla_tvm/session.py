@@ -5,7 +5,6 @@ Compile (or load) once, then ``run({"input": array})`` many times.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 
@@ -104,6 +103,8 @@ class Session:
         elif use_cache:
             # Not seen before (a miss, but for the same model under another name): the file
             # is read for its digest while it is imported, hiding the read behind the import.
+            import concurrent.futures  # (a miss's alone: a cached load does not import it)
+
             with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
                 digesting = pool.submit(engine_cache_module.model_digest, model, input_data,
                                         cache_dir)
