@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -163,6 +164,7 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
     lines += [f"out {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["outputs"]]
     (root / "signature.txt").write_text("\n".join(lines) + "\n")
     manifest["runtime_libraries"] = sorted(targets.runtime_library_names(spec))
+    manifest["python_functions"] = _python_functions(root / LIBRARY)
     if with_runner:
         (root / "lib").mkdir()
         for name, source in targets.runtime_libraries(spec).items():
@@ -177,6 +179,18 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
         if p.is_file()
     }
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+# The global functions odla_tvm registers from Python that compiled code may call: the run-time
+# checks (relay_bridge.checks), named in the library's VM code as they are called.
+_PYTHON_FUNCTION = re.compile(rb"odla_tvm\.check_[a-z_]+")
+
+
+def _python_functions(library: Path) -> list[str]:
+    """The functions registered from Python that the code in ``library`` calls: a loader
+    without them (ODLA's C library) knows so before it loads the library."""
+    with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return sorted({m.group().decode() for m in _PYTHON_FUNCTION.finditer(data)})
 
 
 def _write_weight(destination: Path, array: np.ndarray, path: Path | None) -> None:

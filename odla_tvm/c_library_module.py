@@ -29,13 +29,15 @@ def c_library_module(root: Path, library: Path, manifest: dict, device: Device,
     """The engine of the bundle at ``root`` (its files checked), run by the C library; None
     where it would save nothing (tvm_ffi is loaded already), where the library is not built,
     or where it cannot run the engine (then it loads as a CompiledModule). An engine whose
-    code calls functions registered from Python (run-time checks, relay_bridge.checks) does
-    not load there: they are registered once tvm_ffi is, and raise their own errors."""
+    code calls functions registered from Python (run-time checks, relay_bridge.checks; the
+    manifest's python_functions) is not tried there: they are registered once tvm_ffi is,
+    and raise their own errors."""
     if "tvm_ffi" in sys.modules:
         return None
     slots = manifest["args"] + manifest["outputs"]
     types = [ValueType.from_dict(slot["type"]) for slot in slots]
     if device.target.device_kind != "cpu" or manifest["variables"] or \
+            manifest.get("python_functions") or \
             any(t.shape.is_dynamic or t.dtype.kind == "V" for t in types) or \
             not os.path.isfile(libodla.library_path()):
         return None

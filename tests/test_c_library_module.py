@@ -3,6 +3,7 @@
 the same outputs; what needs the compiled module switches to it; engines the C library cannot
 run (run-time checks registered from Python) load through tvm_ffi and keep their errors."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import odla_tvm as odla
+from odla_tvm import engine_cache
 from odla_tvm.device import default_plugin_missing
 
 X = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
@@ -50,6 +52,7 @@ model, cache, device, feeds = sys.argv[1:5]
 session = odla.Session.from_onnx(model, odla.allocate_device(
     device_name=odla.DeviceName[device]), engine_cache=True, cache_dir=cache)
 loaded = [n for n in ("tvm_ffi", "importlib.metadata", "tvm") if n in sys.modules]
+loaded += ["libodla_tvm"] if "libodla_tvm" in open("/proc/self/maps").read() else []
 print(type(session.executable.module).__name__, loaded)
 try:
     outputs = session.run(dict(np.load(feeds)))
@@ -82,7 +85,7 @@ def test_a_cached_engine_runs_in_the_c_library_without_tvm_ffi(tmp_path, device_
     device = odla.allocate_device(device_name=odla.DeviceName[device_name])
     odla.Session.from_onnx(path, device, engine_cache=True, cache_dir=tmp_path / "cache")
     lines = _cached_process(tmp_path, path, device_name, {"x": X}, "store")
-    assert lines[:2] == ["CLibraryModule []", "ran"]
+    assert lines[:2] == ["CLibraryModule ['libodla_tvm']", "ran"]
     out = np.load(tmp_path / "out.npy")
     np.testing.assert_allclose(out, reference(X), rtol=1e-5, atol=1e-5)
     assert out.dtype == np.float32 and out.shape == (2, 3)
@@ -95,8 +98,12 @@ def test_a_cached_engine_runs_in_the_c_library_without_tvm_ffi(tmp_path, device_
 def test_an_engine_with_run_time_checks_runs_through_tvm_ffi_and_keeps_its_errors(tmp_path):
     path, table = _gather(tmp_path / "g.onnx")
     odla.Session.from_onnx(path, engine_cache=True, cache_dir=tmp_path / "cache")
+    (entry,) = engine_cache.entries(tmp_path / "cache")
+    manifest = json.loads((entry.path / "manifest.json").read_text())
+    assert manifest["python_functions"] == ["odla_tvm.check_indices"]
     lines = _cached_process(tmp_path, path, "DEFAULT", {"idx": np.array([1, 2, 9])})
-    assert lines[0] == "CompiledModule ['tvm_ffi', 'importlib.metadata']"  # no compiler
+    # no compiler, and no try of the C library (it would stay loaded, holding memory)
+    assert lines[0] == "CompiledModule ['tvm_ffi', 'importlib.metadata']"
     assert lines[1] == "ran"
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), table[[1, 2, 9]])
     lines = _cached_process(tmp_path, path, "DEFAULT", {"idx": np.array([1, 12, 9])})
