@@ -441,6 +441,19 @@ def test_an_entry_keeps_its_packed_weights_for_the_loads_after(tmp_path, runner)
     assert sorted(f.stat().st_size for f in kept) == sizes  # packed and kept again
 
 
+@pytest.mark.skipif(default_plugin_missing() is not None, reason=str(default_plugin_missing()))
+def test_a_cache_dir_given_relative_keeps_packed_weights_too(tmp_path, monkeypatch):
+    """The entry's folder is matched against the files the process maps, which the kernel
+    names by absolute paths."""
+    monkeypatch.chdir(tmp_path)
+    path, reference = _mlp(tmp_path / "m.onnx", hidden=512)
+    session = _load(path, "cache", device=odla.allocate_device(
+        device_name=odla.DeviceName.INTEL_DNNL))
+    np.testing.assert_allclose(session.run({"x": X})[0], reference(X), rtol=1e-5, atol=1e-5)
+    (entry,) = engine_cache.entries("cache")
+    assert len(list((entry.path / engine_cache.PACKED_WEIGHTS_FOLDER).iterdir())) == 2
+
+
 def test_weights_a_pure_tvm_compile_packs_go_to_files_linked_into_the_entry(tmp_path,
                                                                            monkeypatch):
     """INTEL_X86 packs a 1 MB matmul weight when compiling: written to a file beside the

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -77,10 +78,13 @@ struct PackedCopy {
 
 class PackedStore {
  public:
-  // Keeps packed weights of files under ``root`` in root/packed from now on.
+  // Keeps packed weights of files under ``root`` in root/packed from now on (a folder that
+  // does not resolve keeps nothing).
   void keep_in(const std::string& root) {
+    // As /proc/self/maps names the files: absolute, links resolved.
+    std::unique_ptr<char, decltype(&std::free)> real(realpath(root.c_str(), nullptr), std::free);
     std::lock_guard<std::mutex> lock(mutex_);
-    root_ = root.empty() || root.back() == '/' ? root : root + "/";
+    root_ = real ? std::string(real.get()) + "/" : "";
   }
 
   // The kept copy of ``source`` packed as ``desc``, mapped; none where there is none.
