@@ -24,9 +24,10 @@ from .types import ValueType
 log = logging.getLogger(__name__)
 
 
-def c_library_module(root: Path, library: Path, manifest: dict, device: Device,
-                     load_weights: Callable[[], list[np.ndarray]]) -> CLibraryModule | None:
-    """The engine of the bundle at ``root`` (its files checked), run by the C library; None
+def c_library_module(root: Path, manifest: dict, device: Device,
+                     load_compiled: Callable[[], targets.CompiledModule]) -> CLibraryModule | None:
+    """The engine of the bundle at ``root`` (its files checked), run by the C library, or
+    loaded as a CompiledModule by ``load_compiled`` where that is needed; None
     where it would save nothing (tvm_ffi is loaded already), where the library is not built,
     or where it cannot run the engine (then it loads as a CompiledModule). An engine whose
     code calls functions registered from Python (run-time checks, relay_bridge.checks; the
@@ -54,19 +55,19 @@ def c_library_module(root: Path, library: Path, manifest: dict, device: Device,
     outputs = [(slot["id"], t) for slot, t in zip(manifest["outputs"],
                                                    types[len(manifest["args"]):])]
     return CLibraryModule(engine, [slot["id"] for slot in manifest["args"]], outputs,
-                          device, library, load_weights)
+                          device, load_compiled)
 
 
 class CLibraryModule:
     """A compiled module whose runs the C library makes (see the module's doc)."""
 
     def __init__(self, engine, arg_ids: list[str], outputs: list[tuple[str, ValueType]],
-                 device: Device, library: Path, load_weights: Callable[[], list[np.ndarray]]):
+                 device: Device, load_compiled: Callable[[], targets.CompiledModule]):
         self._engine = engine
         self._arg_ids = [i.encode() for i in arg_ids]
         self._output_ids = [i.encode() for i, _ in outputs]
         self._output_types = [(t.dtype, t.shape.dims) for _, t in outputs]
-        self._library, self._load_weights = library, load_weights
+        self._load_compiled = load_compiled
         self._compiled: targets.CompiledModule | None = None
         self._lock = threading.Lock()  # a launch, or the switch to a CompiledModule
         self.spec, self.device_index = device.target, device.index
@@ -93,10 +94,8 @@ class CLibraryModule:
         from then on; the C library's copy is freed."""
         with self._lock:
             if self._compiled is None:
-                module = targets.CompiledModule.load(os.fspath(self._library), self.spec,
-                                                     self.device_index, self._load_weights())
+                module = self._load_compiled()
                 module.vendor_regions = self.vendor_regions
-                module.packed_weights_root = os.fspath(self._library.parent)
                 self._engine.close()
                 self._compiled = module
             return self._compiled

@@ -380,13 +380,17 @@ def load_bundle(path, device: Device | None = None, checked: bool = False) -> Ex
                 )
         if LIBRARY not in files:
             raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not list {LIBRARY}")
-        module = c_library_module(root, root / LIBRARY, manifest, device,
-                                  lambda: _mapped_weights(root, manifest)) if checked else None
-        if module is None:
+
+        def load_compiled() -> targets.CompiledModule:
             module = targets.CompiledModule.load(str(root / LIBRARY), device.target,
                                                  device.index, _mapped_weights(root, manifest))
             if checked:  # an engine-cache entry, which keeps its packed weights
                 module.packed_weights_root = os.fspath(root)
+            return module
+
+        module = c_library_module(root, manifest, device, load_compiled) if checked else None
+        if module is None:
+            module = load_compiled()
         variables = [np.load(root / slot["file"]) for slot in manifest["variables"]]
         return executable_from_manifest(module, device, manifest, variables)
     except OdlaError:
