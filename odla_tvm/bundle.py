@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import targets
+from relay_bridge.checks import CHECKS
 
 from .computation import Computation, cache_dir_of
 from .device import target_spec
@@ -181,16 +182,12 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-# The global functions odla_tvm registers from Python that compiled code may call: the run-time
-# checks (relay_bridge.checks), named in the library's VM code as they are called.
-_PYTHON_FUNCTION = re.compile(rb"odla_tvm\.check_[a-z_]+")
-
-
 def _python_functions(library: Path) -> list[str]:
-    """The functions registered from Python that the code in ``library`` calls: a loader
-    without them (ODLA's C library) knows so before it loads the library."""
+    """The functions registered from Python (relay_bridge.checks) that the code in ``library``
+    calls, as its VM code names them: a loader without them (ODLA's C library) knows so
+    before it loads the library."""
     with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return sorted({m.group().decode() for m in _PYTHON_FUNCTION.finditer(data)})
+        return sorted(name for name in CHECKS if data.find(name.encode()) >= 0)
 
 
 def _write_weight(destination: Path, array: np.ndarray, path: Path | None) -> None:

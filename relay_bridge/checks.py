@@ -115,7 +115,7 @@ def check_reshape(shape, what: str, allow_zero: bool, *dims: int):
 
 
 # The global functions compiled modules call, by name (the emitters emit the calls).
-_CHECKS = {
+CHECKS = {
     "odla_tvm.check_indices": check_indices,
     "odla_tvm.check_values": check_values,
     "odla_tvm.check_dim": check_dim,
@@ -131,5 +131,5 @@ def register_checks() -> None:
     ffi = load_tvm_ffi()
     for error in REFUSED_DATA:
         ffi.register_error(error)
-    for name, check in _CHECKS.items():
+    for name, check in CHECKS.items():
         ffi.register_global_func(name, check)
