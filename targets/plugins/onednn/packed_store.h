@@ -87,10 +87,10 @@ class PackedStore {
     root_ = real ? std::string(real.get()) + "/" : "";
   }
 
-  // The kept copy of ``source`` packed as ``desc``, mapped; none where there is none.
-  std::optional<PackedCopy> find(const dnnl::memory& source, const dnnl::memory::desc& desc,
-                                 FileMappings& mappings) {
-    std::string path = kept_path(source, desc, mappings);
+  // The copy of ``source`` packed as ``desc`` kept at ``path`` (kept_path's), mapped; none
+  // where there is none of its size.
+  static std::optional<PackedCopy> find(const std::string& path, const dnnl::memory& source,
+                                        const dnnl::memory::desc& desc) {
     if (path.empty()) return std::nullopt;
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return std::nullopt;
@@ -106,10 +106,9 @@ class PackedStore {
                       mapping};
   }
 
-  // Keeps ``packed``, the copy of ``source`` just packed, where find will look (written
-  // beside and renamed into place; a folder that cannot be written keeps nothing).
-  void keep(const dnnl::memory& source, const dnnl::memory& packed, FileMappings& mappings) {
-    std::string path = kept_path(source, packed.get_desc(), mappings);
+  // Keeps ``packed`` at ``path`` (kept_path's; written beside and renamed into place; a
+  // folder that cannot be written keeps nothing).
+  static void keep(const std::string& path, const dnnl::memory& packed) {
     if (path.empty()) return;
     mkdir(path.substr(0, path.rfind('/')).c_str(), 0755);
     std::string partial = path + "." + std::to_string(getpid()) + "." +
@@ -129,8 +128,8 @@ class PackedStore {
       unlink(partial.c_str());
   }
 
- private:
-  // root/packed/<digest>.bin for a source mapped from a file under root, else "".
+  // Where the copy of ``source`` packed as ``desc`` is kept: root/packed/<digest>.bin for a
+  // source mapped from a file under root, else "" (nothing is kept).
   std::string kept_path(const dnnl::memory& source, const dnnl::memory::desc& desc,
                         FileMappings& mappings) {
     std::string root;
@@ -175,6 +174,7 @@ class PackedStore {
     return root + "packed/" + name;
   }
 
+ private:
   std::mutex mutex_;
   std::string root_;  // with a trailing '/'; empty: nothing is kept
 };

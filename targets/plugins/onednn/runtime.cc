@@ -389,13 +389,14 @@ class Region {
     auto known = std::find_if(w.copies.begin(), w.copies.end(),
                               [address](const PackedCopy& copy) { return copy.source == address; });
     if (known == w.copies.end()) {
-      std::optional<PackedCopy> kept = packed_store.find(w.source, w.packed.get_desc(), mappings);
+      std::string kept_at = packed_store.kept_path(w.source, w.packed.get_desc(), mappings);
+      std::optional<PackedCopy> kept = PackedStore::find(kept_at, w.source, w.packed.get_desc());
       if (!kept) {
         memory copy(w.packed.get_desc(), cpu_engine());
         dnnl::stream stream(cpu_engine());
         dnnl::reorder(w.source, copy).execute(stream, w.source, copy);
         stream.wait();
-        packed_store.keep(w.source, copy, mappings);
+        PackedStore::keep(kept_at, copy);
         kept = PackedCopy{address, copy, nullptr};
       }
       release_file_pages(pagemap, address, w.source.get_desc().get_size());
