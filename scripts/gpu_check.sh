@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cuda target checked and timed on a GPU, in two halves (docs/gpu.md is what it writes):
+# The cuda target checked and timed on a GPU, in two halves (docs/bench/gpu.md is what it writes):
 #
 #   scripts/gpu_check.sh prepare   # here, no GPU needed (nvcc and the models extra are):
 #       build/gpu-check.tar.xz, under 64 MiB: cuda bundles of six small real architectures at
@@ -9,7 +9,7 @@
 #       odla-tvm's.
 #   scripts/gpu_check.sh run       # on the GPU machine (Python with PyTorch, no TVM), with
 #       build/gpu-check.tar.xz carried there: runs every bundle, checks its outputs, times it
-#       beside PyTorch eager and torch.compile, and writes docs/gpu.md (also to $OUT if set).
+#       beside PyTorch eager and torch.compile, and writes docs/bench/gpu.md (also to $OUT if set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CHECK_DIR=build/gpu-check
@@ -45,7 +45,7 @@ run)
         ${PYTHON:-python3} -m tarfile -e "$CHECK_DIR.tar.xz" build
     fi
     # BUDGET: seconds before torch.compile's rows are skipped (the device's time is short).
-    ${PYTHON:-python3} scripts/gpu/check.py "$CHECK_DIR" -o docs/gpu.md ${OUT:+-o "$OUT/gpu.md"} \
+    ${PYTHON:-python3} scripts/gpu/check.py "$CHECK_DIR" -o docs/bench/gpu.md ${OUT:+-o "$OUT/gpu.md"} \
         --budget "${BUDGET:-300}" ${REPEAT:+--repeat "$REPEAT"}
     ;;
 *)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Profile a model's kernels on this CPU and write docs/profile.md and the Chrome trace.
+"""Profile a model's kernels on this CPU and write docs/bench/profile.md and the Chrome trace.
 
     scripts/profile.py [MODEL] [--runs 3]     (MODEL: default the light resnet50 from onnx)
 """
@@ -14,7 +14,7 @@ import odla_tvm as odla
 from odla_tvm.cli import load_model
 from odla_tvm.profiler import compare_to_unprofiled, profile_executable
 
-DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "bench")
 RESNET50 = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
                         "light_resnet50.onnx")
 
@@ -39,7 +39,7 @@ def main(argv=None):
         f"({odla.get_device_info(device, odla.DeviceInfo.SDK_VERSION)}), untuned, batch as in "
         "the model; "
         f"{args.runs} plain runs, then {args.runs} profiled runs. Chrome trace: "
-        f"`docs/{os.path.basename(trace_path)}` (open it in https://ui.perfetto.dev).",
+        f"`docs/bench/{os.path.basename(trace_path)}` (open it in https://ui.perfetto.dev).",
         "",
         "```",
         trace.summary(15),

@@ -426,8 +426,8 @@ def test_overhead_and_report():
         "onnxruntime": PathResult(0.1, 5),
         "tuned": PathResult(0.05, 5, match=True)}, 40, 60, 300, 4.0)
     rows = [tuned, ModelResult("vgg19", error="RuntimeError: out of memory")]
-    text = report(rows, overhead, 2, 60, (1.5, 2.5), "docs/perf-cache")
-    assert "host-cpu tuning database in `docs/perf-cache`" in text
+    text = report(rows, overhead, 2, 60, (1.5, 2.5), "build/perf-cache")
+    assert "host-cpu tuning database in `build/perf-cache`" in text
     assert "| resnet50 | 50.0 | 0.50x | 40 of 60 | 300 trials, 4.0 min | yes |" in text
     assert "| resnet50 | 110.0 | 2000.0 | 100.0 | - | 1.10x | 20.00x | - |" in text
     assert "| vgg19 | failed: RuntimeError: out of memory" in text

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..types import OdlaError, Status, check_count
 
-# Tuned ODLA-TVM is to reach onnxruntime's latency on these (docs/perf.md says how far it is).
+# Tuned ODLA-TVM is to reach onnxruntime's latency on these (docs/bench/perf.md says how far it is).
 TARGET_MODELS = ("resnet50", "squeezenet", "inception_v1", "vgg19")
 LIGHT_MODELS = TARGET_MODELS + ("bvlc_alexnet", "densenet121", "inception_v2", "shufflenet",
                                 "zfnet512")

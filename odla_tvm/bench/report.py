@@ -1,4 +1,4 @@
-"""The bench's report (as docs/perf.md) and chart (as docs/perf.png) from its results."""
+"""The bench's report (as docs/bench/perf.md) and chart (as docs/bench/perf.png) from its results."""
 
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def overhead_section(overhead: dict[str, float]) -> list[str]:
 def report(results: list[ModelResult], overhead: dict[str, float], threads: int,
            seconds: float, load: tuple[float, float], cache_dir=None, chart: str | None = None,
            why_no_chart: str = "") -> str:
-    """docs/perf.md. ``load``: the 1-minute load average when the run started and when it
+    """docs/bench/perf.md. ``load``: the 1-minute load average when the run started and when it
     ended; ``cache_dir``: where the tuning records came from (None: the user's cache);
     ``chart``: the chart's file name beside the report (None: ``why_no_chart``)."""
     lines = (_machine_section(threads, seconds, load) + _table_section(results)

@@ -4,7 +4,7 @@ odla-tvm cuda bundle of the prepared folder (scripts/gpu/prepare.py) run by odla
 outputs checked against onnxruntime's CPU outputs, its latency timed beside PyTorch eager and
 torch.compile running the same architecture's graph; the results written as Markdown.
 
-    python3 scripts/gpu/check.py CHECK_DIR [-o docs/gpu.md] [--budget SECONDS]
+    python3 scripts/gpu/check.py CHECK_DIR [-o docs/bench/gpu.md] [--budget SECONDS]
 
 Every latency is the median of --repeat runs, each timed to the device's synchronisation;
 TF32 is off on both sides (TVM's kernels use none), so both compute in float32.
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
                         help="seconds; torch.compile is skipped once less than a minute is left")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    outputs = args.output or [Path("docs/gpu.md")]
+    outputs = args.output or [Path("docs/bench/gpu.md")]
     start = time.perf_counter()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
