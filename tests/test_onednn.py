@@ -77,8 +77,8 @@ def _check_against_tvm(build, inputs, expected_calls=1):
     _, expected = _run(build, inputs, DeviceName.INTEL_X86)
     exe, outputs = _run(build, inputs, DeviceName.INTEL_DNNL)
     assert _oneDNN_calls(exe) == expected_calls
-    for out, ref in zip(outputs, expected, strict=True):
-        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+    for out, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
 
 
 def _randn(rng, *shape, scale=1.0):
@@ -547,8 +547,8 @@ def test_a_result_read_again_in_another_shape_matches_tvm():
         comp, odla.allocate_device(device_name=DeviceName.INTEL_DNNL)))
     for _ in range(2):
         for feeds, want in zip(inputs, expected, strict=True):
-            for out, ref in zip(session.run(feeds), want, strict=True):
-                np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+            for out, wanted in zip(session.run(feeds), want, strict=True):
+                np.testing.assert_allclose(out, wanted, rtol=RTOL, atol=ATOL)
     assert _oneDNN_calls(session.executable) == 4
 
 
@@ -678,8 +678,8 @@ def _light_case_outputs(name: str):
 @needs_onednn
 def test_light_resnet50_matches_its_reference_outputs():
     outputs, expected, session = _light_case_outputs("test_resnet50")
-    for out, ref in zip(outputs, expected, strict=True):
-        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
+    for out, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-4)
     assert _oneDNN_calls(session.executable) == 2  # the convolutions' region and the gemm's
 
 
@@ -688,16 +688,16 @@ def test_light_squeezenet_runs_as_two_regions_and_matches_its_reference_outputs(
     """The fire modules' concats join the convolutions' region: all of it but the final mean
     is one oneDNN call, and the softmax after the mean another."""
     outputs, expected, session = _light_case_outputs("test_squeezenet")
-    for out, ref in zip(outputs, expected, strict=True):
-        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
+    for out, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-4)
     assert _oneDNN_calls(session.executable) == 2
 
 
 @needs_onednn
 def test_light_inception_v1_matches_its_reference_outputs():
     outputs, expected, session = _light_case_outputs("test_inception_v1")
-    for out, ref in zip(outputs, expected, strict=True):
-        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
+    for out, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-4)
     # The 4-branch concats and the local response normalizations join the whole network
     # into one region; the classifier's gemm and softmax after TVM's reshape are another.
     assert _oneDNN_calls(session.executable) == 2
@@ -1019,9 +1019,9 @@ def _against_onnxruntime(path, feeds, device_name=DeviceName.DEFAULT):
         None, feeds)
     session = odla.Session.from_onnx(path, odla.allocate_device(device_name=device_name))
     outputs = session.run(feeds)
-    for out, ref in zip(outputs, expected, strict=True):
-        assert out.shape == ref.shape and out.dtype == ref.dtype
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+    for out, want in zip(outputs, expected, strict=True):
+        assert out.shape == want.shape and out.dtype == want.dtype
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5)
     return session
 
 
