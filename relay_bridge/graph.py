@@ -191,7 +191,8 @@ class GraphBuilder:
         unknown one a fresh symbolic dim: what shape inference and lowering need."""
         ty = var.ty
         if isinstance(ty, relax.TensorType) and ty.shape is None and ty.ndim >= 0:
-            make_ty = lambda dims: relax.TensorType(dims, ty.dtype)
+            def make_ty(dims):
+                return relax.TensorType(dims, ty.dtype)
         elif isinstance(ty, relax.ShapeType) and ty.values is None and ty.ndim >= 0:
             make_ty = relax.ShapeType
         else:

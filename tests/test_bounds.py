@@ -446,7 +446,7 @@ def _matches_onnxruntime(model, feeds):
         np.testing.assert_array_equal(g, e)
 
 
-F, I = TensorProto.FLOAT, TensorProto.INT64
+F, INT = TensorProto.FLOAT, TensorProto.INT64
 
 
 def test_onnx_slice_pad_cumsum_and_topk_parameters_given_as_inputs():
@@ -455,8 +455,8 @@ def test_onnx_slice_pad_cumsum_and_topk_parameters_given_as_inputs():
     onnxruntime; an axis beyond the rank (Slice, Pad, CumSum; it wrapped to another axis),
     a step of 0 and a K beyond the axis or below 0 are refused, naming the op and value."""
     slice_model = _backend_model(
-        "Slice", [("x", F, [10, 4]), ("s", I, [1]), ("e", I, [1]), ("a", I, [1]),
-                  ("p", I, [1])], [("y", F, ["?"] * 2)], ["x", "s", "e", "a", "p"])
+        "Slice", [("x", F, [10, 4]), ("s", INT, [1]), ("e", INT, [1]), ("a", INT, [1]),
+                  ("p", INT, [1])], [("y", F, ["?"] * 2)], ["x", "s", "e", "a", "p"])
     feeds = lambda s, e, a, p: {"x": DATA, **{k: np.array([v]) for k, v in  # noqa: E731
                                                zip("seap", (s, e, a, p))}}
     for s, e, a, p in ((-100, 1 << 40, 0, 2), (3, -1, -1, 1), (100, -100, 0, -3)):
@@ -464,18 +464,18 @@ def test_onnx_slice_pad_cumsum_and_topk_parameters_given_as_inputs():
     _backend_refuses(slice_model, feeds(0, 2, 2, 1), "Slice 'y'", "axis 2 is out of range",
                      "expected -2 to 1")
     _backend_refuses(slice_model, feeds(0, 2, 0, 0), "Slice (y)", "stride (0, 1)", "non-zero")
-    pad_model = _backend_model("Pad", [("x", F, [10, 4]), ("p", I, [2]), ("a", I, [1])],
+    pad_model = _backend_model("Pad", [("x", F, [10, 4]), ("p", INT, [2]), ("a", INT, [1])],
                                [("y", F, ["?"] * 2)], ["x", "p", "", "a"], opset=18)
     _matches_onnxruntime(pad_model, {"x": DATA, "p": np.array([1, -2]), "a": np.array([-1])})
     _backend_refuses(pad_model, {"x": DATA, "p": np.array([1, 1]), "a": np.array([3])},
                      "Pad 'y'", "axis 3 is out of range")
-    cumsum = _backend_model("CumSum", [("x", F, [10, 4]), ("a", I, [])], [("y", F, ["?"] * 2)],
+    cumsum = _backend_model("CumSum", [("x", F, [10, 4]), ("a", INT, [])], [("y", F, ["?"] * 2)],
                             ["x", "a"])
     _matches_onnxruntime(cumsum, {"x": DATA, "a": np.array(-1)})
     _backend_refuses(cumsum, {"x": DATA, "a": np.array(2)}, "CumSum", "'y'", "axis 2",
                      "expected -2..1")
-    topk = _backend_model("TopK", [("x", F, [10, 4]), ("k", I, [1])],
-                          [("v", F, ["?"] * 2), ("i", I, ["?"] * 2)], ["x", "k"], axis=0)
+    topk = _backend_model("TopK", [("x", F, [10, 4]), ("k", INT, [1])],
+                          [("v", F, ["?"] * 2), ("i", INT, ["?"] * 2)], ["x", "k"], axis=0)
     _matches_onnxruntime(topk, {"x": DATA, "k": np.array([3])})
     _backend_refuses(topk, {"x": DATA, "k": np.array([11])}, "TopK", "K is 11",
                      "10 elements along axis 0")

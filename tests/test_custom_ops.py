@@ -146,7 +146,7 @@ def _refused(call, status, *fragments):
 
 
 def test_bad_registrations_and_calls_are_refused():
-    comp = odla.create_computation()
+    odla.create_computation()
     a = odla.create_argument(VT(E.FLOAT32, (2,)), "a")
     _refused(lambda: odla.custom_op([a], "Nope", "never_registered"), Status.UNSUPPORTED_OP,
              "never_registered", "register_custom_op")

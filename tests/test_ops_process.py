@@ -308,10 +308,14 @@ def test_resize_dynamic(shape, sizes, scales, interpolation, mode):
     expected = onnx_resize(x, out_sizes, ONNX_MODES[interpolation], ONNX_COORDINATES[mode])
     if sizes is not None:
         inputs = {"x": x, "sizes": np.array(sizes, I64)}
-        build = lambda x, s: odla.resize_dynamic(x, None, s, interpolation, mode)
+
+        def build(x, s):
+            return odla.resize_dynamic(x, None, s, interpolation, mode)
     else:
         inputs = {"x": x, "scales": np.array(scales, F32)}
-        build = lambda x, s: odla.resize_dynamic(x, s, None, interpolation, mode)
+
+        def build(x, s):
+            return odla.resize_dynamic(x, s, None, interpolation, mode)
     check_dynamic(run_op(build, inputs), expected, shape[:2] + (-1,) * (len(shape) - 2))
 
 

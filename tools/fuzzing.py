@@ -21,6 +21,7 @@ import struct
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from .fuzz_mutations import (
     mutate_json,
     mutated_checkpoint,
 )
+
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +98,7 @@ def campaign(count: int) -> list[str]:
 
 # -- seeds -------------------------------------------------------------------------------------
 
-def transformer_block(seq: int = 8, dim: int = 16) -> "onnx.ModelProto":
+def transformer_block(seq: int = 8, dim: int = 16) -> onnx.ModelProto:
     """One pre-norm transformer layer (single-head attention, an Erf GELU MLP) in ONNX."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -138,7 +142,6 @@ def transformer_block(seq: int = 8, dim: int = 16) -> "onnx.ModelProto":
 
 
 def _conv_relu():
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     weight = np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32)

@@ -11,7 +11,6 @@ ONNX weights travel once, in the odla-tvm bundles, and latency does not hang on 
 """
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 

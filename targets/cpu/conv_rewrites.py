@@ -95,7 +95,7 @@ class _ConcatReaders(relax.expr_functor.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if op_name(call) not in self.ops or not call.args[0] in self.concats:
+        if op_name(call) not in self.ops or call.args[0] not in self.concats:
             return call
         parts = self.lookup_binding(call.args[0]).args[0].fields
         return self.rewrite(self.builder_, call, parts)

@@ -59,7 +59,7 @@ def _codegen(regions, _items):
         "#include <algorithm>", "#include <vector>", "#include <tvm/ffi/function.h>",
         "#include <tvm/ffi/container/tensor.h>",
         "static int64_t toy_calls = 0;",
-        f"static int64_t calls() {{ return toy_calls; }}",
+        "static int64_t calls() { return toy_calls; }",
         f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({CALLS_FUNCTION}, calls);", *bodies])
     return [static_library(source, [*names, CALLS_FUNCTION])]
 
