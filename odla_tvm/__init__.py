@@ -6,6 +6,7 @@ Op functions add to the thread's current computation, as in ODLA.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from .computation import (
     Computation,
@@ -237,6 +238,17 @@ from .types import (
     VendorName,
 )
 from .version import odla_tvm_version
+
+if TYPE_CHECKING:  # the names below, for editors and type checkers (tests/test_rules.py)
+    from .asynchronous import (Event, Task, async_execute_computation, async_launch_executable,
+                               run_task, run_task_async, set_async_executor)
+    from .bundle import export
+    from .memory import (DeviceMemory, MemcpyType, allocate_device_memory, allocate_host_memory,
+                         copy_memory, free_device_memory, free_host_memory)
+    from .session import Session
+    from .training import (compile_inference, differentiate_computation, get_optimizer,
+                           load_checkpoint, set_optimizer, store_checkpoint)
+    from .tuning import tune
 
 # name -> the module defining it, imported at the name's first use: asynchronous runs, bundles,
 # device memory, sessions (and their engine cache), tuning and training stay out of

@@ -7,6 +7,7 @@ loads; the lowering itself is imported, with the compiler, at its first use.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from toolchain import compiling_attributes, when_tvm_ffi_loads
 
@@ -15,6 +16,15 @@ from .errors import (REFUSED_DATA, DivisionByZero, DivisionOverflow, IndexOutOfR
                      LoweringError, ShapeMismatch, ValueOutOfRange)
 
 when_tvm_ffi_loads(register_checks)
+
+if TYPE_CHECKING:  # the names below, for editors and type checkers (tests/test_rules.py)
+    from toolchain.relax_ir import computed_constant, constant_view, op_names
+
+    from .custom_ops import register_custom_op
+    from .graph import DYNAMIC_DIM, GraphBuilder, constant, dtype_of, shape_of
+    from .integer_products import compute_in_integers
+    from .precision import PRECISIONS, reduce_precision
+    from .registry import register, registered_ops
 
 # name -> the module defining it, imported (after toolchain.load_compiler) on first use.
 _LOWERING = {

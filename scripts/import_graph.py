@@ -52,9 +52,11 @@ def find_modules(root):
     return modules
 
 
-def _module_level(tree):
-    """The nodes of tree that run when the module is imported: all but functions' bodies and
-    what `if TYPE_CHECKING:` holds (for type checkers only)."""
+def _run_nodes(tree, module_level):
+    """The nodes of tree that can run: all but what `if TYPE_CHECKING:` holds (for type
+    checkers and editors only), and where ``module_level`` only those that run when the module
+    is imported (functions' bodies left out)."""
+    skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda) if module_level else ()
     pending = [tree]
     while pending:
         node = pending.pop()
@@ -62,8 +64,8 @@ def _module_level(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             pending.extend(node.orelse)
             continue
-        pending.extend(child for child in ast.iter_child_nodes(node) if not isinstance(
-            child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+        pending.extend(child for child in ast.iter_child_nodes(node)
+                       if not isinstance(child, skipped))
 
 
 def _imports(tree, module, is_package, module_level=False):
@@ -71,7 +73,7 @@ def _imports(tree, module, is_package, module_level=False):
     functions' bodies included unless ``module_level``; relative names are resolved against
     module's package."""
     package = module if is_package else module.rpartition(".")[0]
-    for node in (_module_level(tree) if module_level else ast.walk(tree)):
+    for node in _run_nodes(tree, module_level):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, None

@@ -4,6 +4,8 @@ Importing it loads nothing of TVM's compiler: target specs, the plugin registry 
 compiled module (runtime) need TVM's runtime only. The names that compile, tune or build
 import the compiler when first used."""
 
+from typing import TYPE_CHECKING
+
 from toolchain import ToolchainMissing, compiling_attributes
 
 from .specs import (
@@ -30,6 +32,16 @@ from .plugins import (
 )
 from .runtime import CompiledModule, allocate, release_freed_memory
 from .tuning import find_records
+
+if TYPE_CHECKING:  # the names below, for editors and type checkers (tests/test_rules.py)
+    from .compiler import compile_module
+    from .cpu.native_precision import lacking_instructions
+    from .runner import (RUNTIME_LIBRARIES, build_rpc_server, build_runner, runtime_libraries,
+                         runtime_library_names)
+    from .training_runtime import DeviceFunctions
+    from .tuning import TuningDatabase, TuningReport, TuningUnavailable, find_database, tune
+    from .tuning.rpc import Tracker, TrackerError
+    from .weights import WeightFiles
 
 __getattr__ = compiling_attributes(__name__, {
     "Tracker": ".tuning.rpc", "TrackerError": ".tuning.rpc",

@@ -26,10 +26,13 @@ from typing import TYPE_CHECKING
 
 from toolchain import compiling_attributes
 
-if TYPE_CHECKING:  # annotations only: the registry loads nothing of TVM's compiler
+if TYPE_CHECKING:  # annotations, and the lazy names below for editors (tests/test_rules.py)
     import tvm
     from tvm import relax
     from tvm.relax.dpl import DFPattern
+
+    from .partitioning import offloaded_regions, partition
+    from .regions import Step, composite_steps, static_library
 
 log = logging.getLogger(__name__)
 

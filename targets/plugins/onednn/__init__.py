@@ -11,12 +11,18 @@ with GNU OpenMP, from PyPI, part of odla-tvm's install on x86-64 Linux (library.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from toolchain import compiling_attributes
 
 from .. import VendorPlugin
 from .items import ITEMS, check_item
 from .library import check_available, link_options
+
+if TYPE_CHECKING:  # the names below, for editors and type checkers (tests/test_rules.py)
+    from .patterns import MAX_RANK, patterns, prepare
+    from .policy import declines
+    from .source_writer import CALLS_FUNCTION, codegen
 
 # name -> the module defining it: they need TVM's compiler, so they are imported when first
 # used (by a compile), and the plugin is known, checked and run without it.
