@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs onnx's node test cases and light models through odla-tvm's ONNX backend and writes
-docs/conformance.md (counts, a per-op table, failures grouped by cause).
+docs/bench/conformance.md (counts, a per-op table, failures grouped by cause).
 
     .venv/bin/python scripts/conformance.py [--jobs 2] [--timeout 300] [--filter REGEX]
 """
@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     parser.add_argument("--filter", help="only cases whose name matches this regex")
     parser.add_argument("--device", default="CPU", help="ONNX device: CPU or CUDA")
-    parser.add_argument("--output", default=os.path.join("docs", "conformance.md"))
+    parser.add_argument("--output", default=os.path.join("docs", "bench", "conformance.md"))
     args = parser.parse_args(argv)
 
     cases = conformance.all_cases()

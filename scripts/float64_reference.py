@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How far each path's float32 outputs lie from the same model computed in float64: the
 noise floor under the bench's match (rtol 1e-3, atol 1e-4 of onnxruntime's). Writes
-docs/float64-reference.md.
+docs/bench/float64-reference.md.
 
     scripts/float64_reference.py build/models/resnet50.onnx [MODEL.onnx ...] [-o FILE]
 
@@ -112,7 +112,8 @@ def report(results: dict[str, dict]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="ONNX files of float32 models")
-    parser.add_argument("-o", "--output", default=os.path.join("docs", "float64-reference.md"))
+    parser.add_argument("-o", "--output",
+                        default=os.path.join("docs", "bench", "float64-reference.md"))
     args = parser.parse_args()
     results = {path: measure(path) for path in tqdm(args.models, desc="models", unit="model")}
     text = report(results)

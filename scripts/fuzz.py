@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fuzzes every format odla-tvm loads (ONNX models, .odla executables, bundles, checkpoints,
-tuning databases) and writes docs/fuzz.md; the contract is that every case ends in success
+tuning databases) and writes docs/bench/fuzz.md; the contract is that every case ends in success
 or OdlaError (see tools/fuzzing.py).
 
     .venv/bin/python scripts/fuzz.py [--cases 10000] [--jobs 2] [--timeout 120]
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
     parser.add_argument("--seeds", help="where the seeds are kept (default: fuzz-seeds in "
                         "odla-tvm's cache directory); a case repeats exactly with the same seeds")
-    parser.add_argument("--output", default=os.path.join("docs", "fuzz.md"))
+    parser.add_argument("--output", default=os.path.join("docs", "bench", "fuzz.md"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("ODLA_TVM_ENGINE_CACHE", "0")  # nothing written to the user's cache

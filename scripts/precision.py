@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Accuracy and speed of FP16_MODE and BF16_MODE against float32 on the light models in
-onnx/backend/test/data/light, the builds of a model timed in turns; writes docs/precision.md.
+onnx/backend/test/data/light, the builds of a model timed in turns; writes docs/bench/precision.md.
 
     scripts/precision.py [--models squeezenet,resnet50] [--runs 5] [--seconds 2]
-                         [--output docs/precision.md]
+                         [--output docs/bench/precision.md]
 """
 
 import argparse
@@ -96,7 +96,8 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=5, help="timed runs per mode, at least")
     parser.add_argument("--seconds", type=float, default=2.0,
                         help="timed seconds per mode, at least")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "..", "docs", "precision.md"))
+    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "..", "docs",
+                                                         "bench", "precision.md"))
     args = parser.parse_args(argv)
     cases = light_cases()
     if args.models:

@@ -497,7 +497,7 @@ def _table(title: str, outcomes: list[Outcome], key) -> list[str]:
 
 
 def report(outcomes: list[Outcome], header: str, command: str = "scripts/fuzz.py") -> str:
-    """docs/fuzz.md: totals per format and per mutation, and every non-conforming case with
+    """docs/bench/fuzz.md: totals per format and per mutation, and every non-conforming case with
     the command that repeats it (``command --case ID``)."""
     bad = [o for o in outcomes if not o.conforming]
     lines = ["# Fuzzing campaign", "", header, "",

@@ -3,7 +3,7 @@
 
 Each case runs in a worker process with a time limit (tools.isolation), so a case that
 hangs or crashes the process counts as one failure with its cause. ``scripts/conformance.py`` runs them all and
-writes docs/conformance.md; the tests run a subset through the same code.
+writes docs/bench/conformance.md; the tests run a subset through the same code.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def summary(results: list[Result]) -> dict[str, tuple[int, int]]:
 
 
 def report(results: list[Result], header: str) -> str:
-    """docs/conformance.md: counts, a per-op table and every failure grouped by cause."""
+    """docs/bench/conformance.md: counts, a per-op table and every failure grouped by cause."""
     counts = summary(results)
     lines = ["# ONNX conformance", "", header, "",
              "| cases | passed | total |", "| --- | --- | --- |"]
