@@ -39,6 +39,7 @@ def mlp_onnx(path, batch="batch"):
     return str(path)
 
 
+@pytest.mark.slow
 def test_in_a_reduced_precision_the_bench_notes_each_path_s_accuracy(tmp_path):
     model = mlp_onnx(tmp_path / "mlp.onnx")
     (result,) = driver.bench_models([("mlp", model)], runs=3, cache_dir=tmp_path, seconds=0.05,
@@ -68,6 +69,7 @@ def test_accuracy_against_float32():
     assert accuracy([np.ones((2, 3, 4))], [np.ones((2, 3, 4))]).cosine == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_a_tiny_model_runs_on_every_path_with_outputs_matching(tmp_path):
     model = mlp_onnx(tmp_path / "mlp.onnx")
     (result,) = driver.bench_models([("mlp", model)], runs=3, cache_dir=tmp_path, seconds=0.05)

@@ -80,6 +80,7 @@ def test_out_of_range_index_is_refused(session, bad):
         assert part in str(err.value)
 
 
+@pytest.mark.slow
 def test_huge_indices_never_crash_the_process():
     """The case that read memory it did not own (and killed the process) before the checks;
     run in a child process so that a regression cannot take pytest down with it."""
@@ -347,6 +348,7 @@ def test_compress_refuses_a_condition_longer_than_an_axis_known_at_run_time():
              "condition length 3 is out of range; expected at most 2")
 
 
+@pytest.mark.slow
 def test_nms_refuses_scores_of_other_boxes_than_given():
     """NMS read boxes by the box indices of the scores, unchecked: scores of 6 boxes for 2
     given read past them, and a max_output_boxes_per_class of 2**40 failed to compile."""
@@ -385,6 +387,7 @@ def test_reshape_of_run_time_dims_checks_its_shape():
                  f"Reshape 'y': shape {bad} does not fit the 24 elements of 4x6")
 
 
+@pytest.mark.slow
 def test_integer_division_of_the_least_value_by_minus_one_never_kills_the_process():
     """INT_MIN / -1 does not fit the type and traps on x86 (SIGFPE killed the process, as it
     kills onnxruntime's): Div refuses it naming the element; Mod gives 0, as onnxruntime.
@@ -449,6 +452,7 @@ def _matches_onnxruntime(model, feeds):
 F, INT = TensorProto.FLOAT, TensorProto.INT64
 
 
+@pytest.mark.slow
 def test_onnx_slice_pad_cumsum_and_topk_parameters_given_as_inputs():
     """ONNX parameters given as graph inputs are compiled in by the onnx Backend from the
     run's data: ONNX's clamped starts and ends, negative axes and pads still match

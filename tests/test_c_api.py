@@ -129,6 +129,7 @@ def test_config_flags_and_pkg_config_build_a_program(library, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("code", ["chosen", "portable"])
+@pytest.mark.slow
 def test_sha256_matches_hashlib_at_every_tail_length(tmp_path, code):
     """The digest bundles and stored executables are checked with, by the SHA extensions where
     this CPU has them and by the portable code: every length over a block boundary, and more

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import tvm
 
 import odla_tvm as odla
@@ -42,6 +43,7 @@ def test_info_prints_versions_devices_and_targets():
     assert FOUNDATION_OPS <= listed, FOUNDATION_OPS - listed
 
 
+@pytest.mark.slow
 def test_quickstart_prints_outputs_and_latency():
     done = subprocess.run([sys.executable, QUICKSTART, "--runs", "3", "--batch", "2"],
                           capture_output=True, text=True, timeout=300)

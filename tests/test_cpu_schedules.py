@@ -1034,6 +1034,7 @@ def test_every_kernel_of_a_transformer_block_is_scheduled():
     check(mod, [x], [reference(x).astype(np.float32)], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_every_kernel_of_a_small_cnn_is_scheduled():
     mod = build_small_cnn(batch=2).build_module()
     rules = rules_of(mod)

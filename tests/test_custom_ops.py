@@ -97,6 +97,7 @@ def _clip_add_computation():
     return comp
 
 
+@pytest.mark.slow
 def test_c_custom_op_compiled_into_the_module():
     a, b = _rng_floats(3, 4, seed=2), _rng_floats(3, 4, seed=3)
     (out,) = _run(_clip_add_computation(), {"a": a, "b": b}, ["z"])
@@ -126,6 +127,7 @@ def test_c_custom_op_runs_from_a_stored_executable_in_a_fresh_process(tmp_path):
                                rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_c_function_failure_is_an_odla_error_not_a_crash():
     odla.register_custom_op("clip_add", c_source=CLIP_ADD_C,
                             output_types=lambda ins, _: [ins[0]])

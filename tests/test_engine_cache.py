@@ -553,6 +553,7 @@ def _first_load_in_a_fresh_process(tmp_path, model, x, device_name):
 
 
 @pytest.mark.parametrize("device_name", ["INTEL_X86", "DEFAULT"])
+@pytest.mark.slow
 def test_a_first_load_hands_back_the_memory_its_compile_freed(tmp_path, device_name):
     """48 MB of weights (48 layers of 512x512): after a fresh process's first load, which
     runs from the weights kept in the cache, its anonymous memory has grown by much less than
@@ -586,6 +587,7 @@ def test_a_first_load_hands_back_the_memory_its_compile_freed(tmp_path, device_n
 
 
 @pytest.mark.parametrize("device_name", ["INTEL_X86", "DEFAULT"])
+@pytest.mark.slow
 def test_a_weight_transposed_then_packed_is_never_held_twice_beside_its_original(
         tmp_path, device_name):
     """A 64 MB fully connected weight stored N x K (Gemm transB, as VGG's and AlexNet's):

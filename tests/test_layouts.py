@@ -284,6 +284,7 @@ def winograd_kernels(mod):
             if isinstance(func, tvm.tirx.PrimFunc) and "winograd" in gvar.name_hint]
 
 
+@pytest.mark.slow
 def test_wide_3x3_convolutions_compute_by_winograd_as_onnxruntime_does(wide_3x3_convs):
     spec = targets.host_cpu()
     mod = import_model(wide_3x3_convs).build_module()

@@ -124,6 +124,7 @@ print((kb('VmHWM') - before) / 1024)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's procfs")
+@pytest.mark.slow
 def test_importing_a_file_holds_its_weights_once(tmp_path):
     # 128 MB of weights: onnx.load's proto and the constants together took twice that. Each is
     # added to an input, so none is folded into a constant of its own at import.

@@ -91,6 +91,7 @@ def test_profiler_state_errors():
     assert err.value.status == Status.INVALID_PARAM and "expected a Device" in str(err.value)
 
 
+@pytest.mark.slow
 def test_profile_command(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "odla-tvm")
     out = tmp_path / "trace.json"

@@ -228,6 +228,7 @@ def _pool_spin(env: dict, path) -> list[str]:
 
 
 @pytest.mark.skipif(default_plugin_missing() is not None, reason="DEFAULT has no oneDNN here")
+@pytest.mark.slow
 def test_the_thread_pool_spins_as_what_runs_wants_unless_told_otherwise(tmp_path):
     """A process that runs oneDNN's regions runs TVM's pool without polling for the next
     kernel (its polls slowed the oneDNN region after it; targets.plugins.onednn), one that runs

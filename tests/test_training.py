@@ -335,6 +335,7 @@ def test_three_steps_match_numpy(optimizer, loss, hyperparameters):
 # -- the example models learn --------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, epochs, accuracy", [("mlp", 3, 0.93), ("cnn", 4, 0.9)])
+@pytest.mark.slow
 def test_example_model_learns(name, epochs, accuracy):
     build, generate = train_example.DATASETS[name]
     model = build()
@@ -367,6 +368,7 @@ def _small_mlp():
     return model
 
 
+@pytest.mark.slow
 def test_checkpoint_resumes_training_identically(tmp_path):
     data = train_example.blob_features(64, seed=4)
     model = _small_mlp()
