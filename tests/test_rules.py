@@ -4,25 +4,16 @@ modules, and every name of every lazy ``__getattr__`` map resolving and imported
 ``if TYPE_CHECKING:``; each check also shown to find what it looks for. The layers are
 tests/test_imports.py's."""
 
-import importlib.util
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("check_rules", ROOT / "scripts" / "check_rules.py")
-check_rules = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_rules)
+from scripts import check_rules  # scripts/ is no package; the repository root is on the path
 
-
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+try:
+    from .test_imports import ROOT, _tree
+except ImportError:
+    from test_imports import ROOT, _tree
 
 
 def test_ruff_finds_nothing_with_the_configured_rules():
