@@ -20,12 +20,14 @@ from .specs import (
     write_target_spec_file,
 )
 from .plugins import (
+    PRECISION_ATTR,
     PluginPattern,
     PluginUnavailable,
     VendorPlugin,
     available_plugins,
     device_plugin,
     get_plugin,
+    plugin_computes,
     register_plugin,
 )
 from .runtime import CompiledModule, allocate, release_freed_memory
@@ -52,6 +54,7 @@ __all__ = [
     "CompiledModule",
     "allocate",
     "DeviceFunctions",
+    "PRECISION_ATTR",
     "PluginPattern",
     "PluginUnavailable",
     "TargetSpec",
@@ -62,6 +65,7 @@ __all__ = [
     "available_plugins",
     "device_plugin",
     "get_plugin",
+    "plugin_computes",
     "plugin_target",
     "read_target_spec_file",
     "register_plugin",

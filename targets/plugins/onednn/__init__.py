@@ -15,6 +15,7 @@ import os
 from toolchain import compiling_attributes
 
 from .. import VendorPlugin
+from .bf16_policy import computes
 from .items import ITEMS, check_item
 from .library import check_available, link_options
 
@@ -60,6 +61,7 @@ PLUGIN = VendorPlugin(
     prepare=_compiling("prepare"),
     declines=_compiling("declines"),
     pool_spin=ONEDNN_POOL_SPIN,
+    computes=computes,
 )
 
 __all__ = ["CALLS_FUNCTION", "ITEMS", "MAX_RANK", "ONEDNN_POOL_SPIN", "PLUGIN", "check_available",
