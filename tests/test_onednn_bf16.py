@@ -121,12 +121,9 @@ def _dnnl():
     return odla.allocate_device(device_name=DeviceName.INTEL_DNNL)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_a_bf16_graph_s_region_source_compiles(cpu_class, monkeypatch, mode):
-    """As on an AMX CPU: the regions' table names bf16 products, TVM's share of the graph
-    holds no bfloat16, and the tables and runtime.cc compile (nothing is run: this CPU may
-    have no bf16 kernel)."""
-    cpu_class("avx512_core_amx")
+@pytest.fixture
+def compiled_sources(monkeypatch):
+    """The C++ sources the plugin compiles from now on (its tables, runtime.cc), in order."""
     sources = []
     compile_library = source_writer.static_library
 
@@ -135,6 +132,20 @@ def test_a_bf16_graph_s_region_source_compiles(cpu_class, monkeypatch, mode):
         return compile_library(source, *args, **kwargs)
 
     monkeypatch.setattr(source_writer, "static_library", recording)
+    return sources
+
+
+def _tables(sources) -> str:
+    (tables,) = [s for s in sources if s.startswith("#include \"region.h\"")]
+    return tables
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_bf16_graph_s_region_source_compiles(cpu_class, compiled_sources, mode):
+    """As on an AMX CPU: the regions' table names bf16 products, TVM's share of the graph
+    holds no bfloat16, and the tables and runtime.cc compile (nothing is run: this CPU may
+    have no bf16 kernel)."""
+    cpu_class("avx512_core_amx")
     comp, _, _ = _two_convs_and_gemm(np.random.default_rng(0))
     odla.set_computation_item(comp, ItemType.BF16_MODE, MODES[mode])
     device = _dnnl()
@@ -144,9 +155,22 @@ def test_a_bf16_graph_s_region_source_compiles(cpu_class, monkeypatch, mode):
     exe = odla.compile_computation(comp, device)
     assert exe.module.vendor_regions
     operands, result = bf16_policy.PRODUCT_TYPES[mode]
-    (tables,) = [s for s in sources if s.startswith("#include \"region.h\"")]
-    assert f", {operands}, {result}}};" in tables
-    assert any("types_.operands" in s for s in sources)  # runtime.cc, compiled here
+    assert f", {operands}, {result}}};" in _tables(compiled_sources)
+    assert any("types_.operands" in s for s in compiled_sources)  # runtime.cc, compiled here
+
+
+@pytest.mark.skipif(RUNS_BF16, reason="this CPU's oneDNN has native bf16: the plugin takes it")
+def test_here_a_bf16_build_s_regions_are_the_float32_build_s(compiled_sources):
+    """The fallback costs no run time: the same regions, float32 products."""
+    tables = []
+    for mode in (None, Bf16Mode.PERFORMACE_MODE):
+        comp, _, _ = _two_convs_and_gemm(np.random.default_rng(0))
+        if mode is not None:
+            odla.set_computation_item(comp, ItemType.BF16_MODE, mode)
+        odla.compile_computation(comp, _dnnl())
+        tables.append(_tables(compiled_sources))
+        compiled_sources.clear()
+    assert tables[0] == tables[1] and ", dnnl_f32, dnnl_f32};" in tables[0]
 
 
 @pytest.mark.skipif(RUNS_BF16, reason="this CPU's oneDNN has native bf16: the plugin takes it")
