@@ -39,7 +39,7 @@ def precision_section(results: list[ModelResult]) -> list[str]:
     precision = next((r.precision for r in results if r.precision), None)
     if precision is None:
         return []
-    hint = OPENVINO_HINTS[precision]
+    hint = OPENVINO_HINTS.get(precision, precision)  # int8 files need no hint
     ok = [r for r in results if not r.error]
     ours = [r.seconds("default") / r.seconds("fp32") for r in ok
             if r.seconds("default") and r.seconds("fp32")]
