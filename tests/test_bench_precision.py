@@ -30,7 +30,7 @@ def test_the_section_compares_with_float32_and_openvino():
         in text
     assert "| bert | 800.0 | 400.0 | 2.00x | - | - | 1.00e-02 / 0.00e+00 / - |" in text
     assert "gpt2" not in text
-    assert "Geo-mean bf16 / fp32 1.00x, bf16 / openvino 2.00x over 2 models." in text
+    assert "Geo-mean bf16 / fp32 1.00x over 2 models, bf16 / openvino 2.00x over 1." in text
     assert precision_section([ModelResult("resnet", paths={"default": PathResult(0.1, 5)})]) == []
 
 

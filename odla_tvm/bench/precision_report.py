@@ -66,7 +66,8 @@ def precision_section(results: list[ModelResult]) -> list[str]:
                      f"{_ratio(r.seconds('default'), r.seconds('openvino'))} | "
                      f"{' / '.join(_error(r, p) for p in ('default', 'fp32', 'openvino'))} |")
     if ours:
-        lines += ["", f"Geo-mean {precision} / fp32 {geometric_mean(ours):.2f}x"
-                  + (f", {precision} / openvino {geometric_mean(theirs):.2f}x" if theirs else "")
-                  + f" over {len(ours)} models."]
+        lines += ["", f"Geo-mean {precision} / fp32 {geometric_mean(ours):.2f}x over "
+                  f"{len(ours)} models"
+                  + (f", {precision} / openvino {geometric_mean(theirs):.2f}x over {len(theirs)}"
+                     if theirs else "") + "."]
     return lines + [""]
