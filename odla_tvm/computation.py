@@ -398,9 +398,17 @@ class Computation:
                  and v.data is not None}
         mod = self._graph.build(params, [v.handle for v in outputs], bound)
         precision = self.precision()
-        native = precision is None or _computes_itself(spec or targets.host_cpu(), precision)
-        return relay_bridge.reduce_precision(relay_bridge.compute_in_integers(mod), precision,
-                                             native)
+        spec = spec or targets.host_cpu()
+        # A vendor plugin computing it in its own kernels reads the float32 graph (weights
+        # rounded) and the precision from the module. On a plugin's target TVM's share of a
+        # bf16 graph stays float32 whatever the plugin does: TVM's bf16 code emulates it.
+        native = precision is None or (
+            not targets.plugin_computes(spec, precision)
+            and not (spec.plugins and precision.startswith("bf16"))
+            and _computes_itself(spec, precision))
+        mod = relay_bridge.reduce_precision(relay_bridge.compute_in_integers(mod), precision,
+                                            native)
+        return mod if precision is None else mod.with_attr(targets.PRECISION_ATTR, precision)
 
     def precision(self) -> str | None:
         """The reduced precision FP16_MODE or BF16_MODE asks for, if any."""

@@ -22,12 +22,14 @@ from .specs import (
     write_target_spec_file,
 )
 from .plugins import (
+    PRECISION_ATTR,
     PluginPattern,
     PluginUnavailable,
     VendorPlugin,
     available_plugins,
     device_plugin,
     get_plugin,
+    plugin_computes,
     register_plugin,
 )
 from .runtime import CompiledModule, allocate, release_freed_memory
@@ -64,6 +66,7 @@ __all__ = [
     "CompiledModule",
     "allocate",
     "DeviceFunctions",
+    "PRECISION_ATTR",
     "PluginPattern",
     "PluginUnavailable",
     "TargetSpec",
@@ -74,6 +77,7 @@ __all__ = [
     "available_plugins",
     "device_plugin",
     "get_plugin",
+    "plugin_computes",
     "plugin_target",
     "read_target_spec_file",
     "register_plugin",

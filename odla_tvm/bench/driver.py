@@ -80,7 +80,7 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
     def start(path: str, cache: str) -> PathProcess | None:
         log.info("%s: %s: importing and compiling", name, path)
         process = processes[path] = PathProcess(path, result.path, feeds, threads, cache,
-                                                precision)
+                                                None if path == "fp32" else precision)
         ready = process.ready
         result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
                                         error=process.error,
@@ -116,6 +116,8 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
                 stop("tvm")
             if start("default", engines) is not None:  # keeps its engine, as a first load does
                 start("cached", engines)  # reads it; timed in the turns beside default
+            if precision is not None:
+                start("fp32", engines)  # what the precision is measured against
             missing = openvino_missing()
             if missing:
                 result.paths["openvino"] = PathResult(error=missing)

@@ -16,6 +16,7 @@ from ..version import odla_tvm_version
 from .cached_section import cached_section
 from .driver import BENCH_EXTRA, IN_TURNS, IN_TURNS_MAX_S
 from .models import TARGET_MODELS
+from .precision_report import precision_section
 from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, ms
 from .timing import ALONE_BUDGET_S, SLOW_RUN_S
 from .worker import OPENVINO_HINTS
@@ -259,7 +260,8 @@ def report(results: list[ModelResult], overhead: dict[str, float], threads: int,
     ended; ``cache_dir``: where the tuning records came from (None: the user's cache);
     ``chart``: the chart's file name beside the report (None: ``why_no_chart``)."""
     lines = (_machine_section(threads, seconds, load) + _table_section(results)
-             + _accuracy_section(results) + _notes_section(results) + _geo_mean_section(results)
+             + _accuracy_section(results) + precision_section(results)
+             + _notes_section(results) + _geo_mean_section(results)
              + cached_section(results) + _chart_section(chart, why_no_chart)
              + _tuned_section(results, cache_dir)
              + overhead_section(overhead))

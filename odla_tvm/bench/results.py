@@ -9,7 +9,8 @@ from .accuracy import Accuracy
 
 # A path's outputs match where they lie this close to onnxruntime's.
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
-PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached")
+# fp32: in a reduced precision, the DEFAULT device in float32 (precision_report's baseline).
+PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached", "fp32")
 # Processes that measure the cached path's load + first run, and onnxruntime's (the median).
 FIRST_RESULT_PROCESSES = 3
 

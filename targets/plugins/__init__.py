@@ -69,6 +69,11 @@ class PluginPattern:
 # processes that load the entry later. Loaders of cache entries call it before the first run.
 KEEP_PACKED_WEIGHTS_FUNCTION = "odla_keep_packed_weights"
 
+# The module attribute naming the reduced precision a computation asks for (one of
+# relay_bridge.PRECISIONS), and the item partitioning gives a plugin it in.
+PRECISION_ATTR = "reduced_precision"
+PRECISION_ITEM = "precision"
+
 
 def _nothing_needed() -> None:
     return None
@@ -104,6 +109,10 @@ class VendorPlugin:
     # Why it leaves a whole graph to TVM's own code, which runs that graph faster, or None;
     # asked on targets that let it (TargetSpec.plugins_may_decline).
     declines: Callable[[tvm.IRModule], str | None] = lambda _mod: None
+    # Whether its regions compute a reduced precision (relay_bridge.PRECISIONS) in its own
+    # kernels: the graph then stays float32, its heavy ops' weights rounded, and partitioning
+    # gives the plugin the precision as the item "precision" (PRECISION_ITEM).
+    computes: Callable[[str], bool] = lambda _precision: False
     # How many times TVM's idle pool workers poll for the next kernel in a process running its
     # regions (registry.default_pool_spin), or None for targets.runtime's; set when a module
     # with its regions is built or first run (targets.runtime), before the pool starts.
@@ -148,6 +157,11 @@ def reload_plugins() -> None:
     global _entry_points_loaded
     _entry_points_loaded = False
     _load_entry_points()
+
+
+def plugin_computes(spec, precision: str) -> bool:
+    """Whether a vendor plugin of target ``spec`` computes ``precision`` itself."""
+    return any(get_plugin(name).computes(precision) for name in spec.plugins)
 
 
 def get_plugin(name: str) -> VendorPlugin:

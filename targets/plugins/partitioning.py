@@ -14,7 +14,7 @@ from tvm.relax.dpl import DFPattern
 from toolchain import relax_ir
 
 from ..cpu.layouts import fold_constant_layouts
-from . import VendorPlugin
+from . import PRECISION_ATTR, PRECISION_ITEM, VendorPlugin
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, objec
         log.info("the %s plugin leaves this graph to TVM: %s", plugin.name, declined)
         return mod
     mine = {k: v for k, v in (items or {}).items() if k.startswith(f"{plugin.name}.")}
+    if PRECISION_ATTR in mod.attrs:
+        mine[PRECISION_ITEM] = str(mod.attrs[PRECISION_ATTR])
     # RunCodegen finds the codegen by this global name; registering here (not at import) keeps
     # the newest definition of a plugin of that name, as a re-registered plugin expects.
     tvm.register_global_func(

@@ -4,7 +4,9 @@ It takes float32 NCHW convolutions and matmuls of any rank with up to five eleme
 fused in as post-ops, softmax, layer norm, LRN, pooling and concatenation along channels
 (patterns.py). Each region becomes a table of steps (region.h) and a C++ function calling
 runtime.cc (source_writer.py); what it does not take runs as TVM's code in the same module,
-and a graph TVM runs faster whole is declined (policy.py). The library is oneDNN 3.2 built
+and a graph TVM runs faster whole is declined (policy.py). Under BF16_MODE, on a CPU where
+oneDNN has native bf16 kernels (avx512_core_bf16, AMX: bf16_policy.py), its convolutions and
+matmuls compute in bf16 (bf16_types.h). The library is oneDNN 3.2 built
 with GNU OpenMP, from PyPI, part of odla-tvm's install on x86-64 Linux (library.py).
 """
 
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 from toolchain import compiling_attributes
 
 from .. import VendorPlugin
+from .bf16_policy import computes
 from .items import ITEMS, check_item
 from .library import check_available, link_options
 
@@ -55,8 +58,9 @@ PLUGIN = VendorPlugin(
     name="onednn",
     device_name="INTEL_DNNL",
     description="oneDNN 3.2 (Intel's deep-learning kernels): float32 convolutions and matmuls "
-                "of any rank with their elementwise ops fused, softmax, layer norm, pooling, "
-                "concat along channels",
+                "of any rank with their elementwise ops fused (bf16 under BF16_MODE where "
+                "oneDNN has native bf16 kernels), softmax, layer norm, pooling, concat along "
+                "channels",
     patterns=_compiling("patterns"),
     codegen=_compiling("codegen"),
     link_options=link_options,
@@ -66,6 +70,7 @@ PLUGIN = VendorPlugin(
     prepare=_compiling("prepare"),
     declines=_compiling("declines"),
     pool_spin=ONEDNN_POOL_SPIN,
+    computes=computes,
 )
 
 __all__ = ["CALLS_FUNCTION", "ITEMS", "MAX_RANK", "ONEDNN_POOL_SPIN", "PLUGIN", "check_available",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tvm
 
 from ...cpu.conv_rewrites import integer_share, matmul_share, winograd_share
+from .. import PRECISION_ATTR
+from .bf16_policy import takes
 
 # TVM's build computes 3x3 stride-1 convolutions by Winograd (targets.cpu.conv_rewrites), with
 # fewer multiplications than oneDNN's direct ones: a graph with this share of its multiply-adds
@@ -27,6 +29,8 @@ def declines(mod: tvm.IRModule) -> str | None:
     if share >= INTEGER_SHARE_FOR_TVM:
         return (f"{share:.0%} of its multiply-adds are in integer products, which oneDNN's "
                 f"float32 primitives here do not take (the line is {INTEGER_SHARE_FOR_TVM:.0%})")
+    if PRECISION_ATTR in mod.attrs and takes(str(mod.attrs[PRECISION_ATTR])):
+        return None  # the lines below are float32's: TVM's share of a bf16 graph is float32
     share = winograd_share(mod["main"])
     if share >= WINOGRAD_SHARE_FOR_TVM:
         return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "

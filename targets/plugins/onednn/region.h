@@ -75,6 +75,9 @@ struct RegionSpec {
   int step_count;
   const int* results;
   int result_count;
+  // Its convolutions' and matmuls' src and weights, and their dst (bf16 under BF16_MODE,
+  // bf16_types.h); dnnl_data_type_undef (a table that names none): f32.
+  dnnl_data_type_t product_operands, product_results;
 };
 
 }  // namespace odla_onednn

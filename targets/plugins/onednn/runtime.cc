@@ -11,10 +11,7 @@
 // Weights (parameters bound to constants, which the patterns insist on) are reordered once to
 // the layout their primitive prefers, and again only if the constant's address changes.
 #include <dnnl.hpp>
-#include <fcntl.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,7 +29,9 @@
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
 
+#include "bf16_types.h"
 #include "packed_store.h"
+#include "page_release.h"
 #include "region.h"
 
 extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
@@ -115,8 +114,8 @@ bool runs(const PrimitiveDesc& pd, const char* kind) {
   return std::string(pd.impl_info_str()).find(kind) != std::string::npos;
 }
 
-inline memory::desc any_desc(const Dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+inline memory::desc any_desc(const Dims& dims, memory::data_type type = memory::data_type::f32) {
+  return memory::desc(dims, type, memory::format_tag::any);
 }
 
 inline Dims pair(const int64_t (&values)[2]) { return Dims(values, values + 2); }
@@ -129,44 +128,6 @@ inline void* data(const TVMFFIAny& arg) {
 constexpr size_t kAlignment = 64;  // a cache line, as oneDNN aligns what it allocates
 
 inline size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-
-// /proc/self/pagemap, opened by the first release_file_pages given it and closed with it.
-struct Pagemap {
-  int fd = -2;  // -2: not opened yet
-  ~Pagemap() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-// A packed weight's source, once packed, is read again only if the constant's address
-// changes. Where it is memory-mapped from a file (the engine cache's weights), its pages
-// leave the process (mapped again from the page cache should anything read them), so the
-// original and its packed copy are not both held. /proc/self/pagemap tells a file's pages
-// (or shared memory's, which keeps its contents too) from the process's own: a page it wrote
-// (copy-on-write) and anonymous memory stay. Not MADV_PAGEOUT: it drops the pages from the
-// page cache too, and the next process loading the engine would read them from disk.
-void release_file_pages(Pagemap& pagemap, void* data, size_t size) {
-  auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-  uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) / page * page;
-  if (end <= begin) return;
-  if (pagemap.fd == -2) pagemap.fd = open("/proc/self/pagemap", O_RDONLY);
-  if (pagemap.fd < 0) return;
-  // One 64-bit entry a page; bit 63 present, bit 61 a file page.
-  std::vector<uint64_t> entries((end - begin) / page);
-  size_t bytes = entries.size() * sizeof(uint64_t);
-  ssize_t got = pread(pagemap.fd, entries.data(), bytes,
-                      static_cast<off_t>(begin / page * sizeof(uint64_t)));
-  if (got != static_cast<ssize_t>(bytes)) return;
-  constexpr uint64_t kFilePage = (1ull << 63) | (1ull << 61);
-  for (size_t first = 0; first < entries.size();) {
-    size_t last = first;
-    while (last < entries.size() && (entries[last] & kFilePage) == kFilePage) ++last;
-    if (last > first) madvise(reinterpret_cast<void*>(begin + first * page),
-                              (last - first) * page, MADV_DONTNEED);
-    first = last + 1;
-  }
-}
 
 // The buffer the temporaries of every region this library runs on the calling thread live
 // in, as large as the largest region needs: regions run one at a time on a thread, so their
@@ -197,7 +158,7 @@ class Region {
  public:
   explicit Region(const RegionSpec& spec)
       : steps_(spec.steps, spec.steps + spec.step_count),
-        results_(spec.results, spec.results + spec.result_count) {
+        results_(spec.results, spec.results + spec.result_count), types_(product_types(spec)) {
     for (int i = 0; i < spec.param_count; ++i)
       params_.emplace_back(plain_desc(to_dims(spec.params[i])), cpu_engine(), nullptr);
   }
@@ -506,18 +467,20 @@ class Region {
     auto conv_desc = [&](const memory::desc& src, const memory::desc& dst) {
       return dnnl::convolution_forward::primitive_desc(
           cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-          src, any_desc(to_dims(s.weights_shape)), bias_desc, dst, pair(s.strides),
+          src, any_desc(to_dims(s.weights_shape), types_.operands), bias_desc, dst, pair(s.strides),
           pair(s.dilates), pair(s.pad_l), pair(s.pad_r), attr);
     };
-    auto pd = conv_desc(any_desc(to_dims(s.src_shape)), any_desc(dst_dims));
+    auto pd = conv_desc(any_desc(to_dims(s.src_shape), types_.operands),
+                        any_desc(dst_dims, types_.result));
     // Free to choose, oneDNN 3.2 runs a grouped convolution of few channels per group (6 in
     // ShuffleNet) as its reference gemm on NCHW, far slower than channels-last brgemm.
     if (runs(pd, "gemm") &&
         s.weights_shape.rank == 5) {
-      auto channels_last = [](const Dims& dims) {
-        return memory::desc(dims, memory::data_type::f32, memory::format_tag::acdb);
+      auto channels_last = [](const Dims& dims, memory::data_type type) {
+        return memory::desc(dims, type, memory::format_tag::acdb);
       };
-      auto retried = conv_desc(channels_last(to_dims(s.src_shape)), channels_last(dst_dims));
+      auto retried = conv_desc(channels_last(to_dims(s.src_shape), types_.operands),
+                               channels_last(dst_dims, types_.result));
       if (!runs(retried, "gemm")) pd = retried;
     }
     args[DNNL_ARG_SRC] = as_layout(s.src, pd.src_desc());
@@ -552,6 +515,14 @@ class Region {
     memory view(desc, cpu_engine(), source.get_data_handle());
     step_views_.emplace_back(source, view);
     return view;
+  }
+
+  // A matmul's f32 operand as its src and weights' type: converted each call where it differs.
+  memory typed(const memory& operand) {
+    if (operand.get_desc().get_data_type() == types_.operands) return operand;
+    memory converted = temporary(retyped(operand.get_desc(), types_.operands));
+    add_reorder(operand, converted);
+    return converted;
   }
 
   // Operand dims with leading axes of size 1 up to ``rank``; with the last two swapped when
@@ -604,17 +575,18 @@ class Region {
     Dims bias_dims(rank, 1);
     bias_dims[rank - 1] = dst_dims.back();
     memory::desc bias_desc = s.bias.kind == Operand::kNone ? memory::desc() : plain_desc(bias_dims);
-    memory src = plain_view(s.src, folded ? one_batch(src_dims) : src_dims, false);
-    memory::desc dst_desc = folded ? plain_desc(one_batch(dst_dims)) : any_desc(dst_dims);
+    memory src = typed(plain_view(s.src, folded ? one_batch(src_dims) : src_dims, false));
+    memory::desc dst_desc = folded ? retyped(plain_desc(one_batch(dst_dims)), types_.result)
+                                   : any_desc(dst_dims, types_.result);
     if (s.weights_constant) {  // packed once to the layout the primitive prefers
-      dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), any_desc(weights_dims),
-                                      bias_desc, dst_desc, attr);
+      dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(),
+                                      any_desc(weights_dims, types_.operands), bias_desc,
+                                      dst_desc, attr);
       args[DNNL_ARG_WEIGHTS] = packed_weights(
           plain_view(s.weights, weights_dims, s.weights_transposed), pd.weights_desc());
       finish_matmul(s, pd, src, bias_desc, folded, std::move(args));
     } else {  // read as they are, each call
-      memory weights = plain_view(s.weights, weights_dims,
-                                  s.weights_transposed);
+      memory weights = typed(plain_view(s.weights, weights_dims, s.weights_transposed));
       dnnl::matmul::primitive_desc pd(cpu_engine(), src.get_desc(), weights.get_desc(),
                                       bias_desc, dst_desc, attr);
       args[DNNL_ARG_WEIGHTS] = weights;
@@ -630,7 +602,7 @@ class Region {
     if (!folded) return finish_step(s, dnnl::matmul(pd), pd.dst_desc(), std::move(args));
     // The step's value keeps its dims; the primitive writes it through a one-batch view,
     // which follows its buffer (a result computed in TVM's output moves each call).
-    memory dst = temporary(plain_desc(to_dims(s.dst_shape)));
+    memory dst = temporary(retyped(plain_desc(to_dims(s.dst_shape)), types_.result));
     args[DNNL_ARG_DST] = step_view(dst, pd.dst_desc());
     actions_.push_back({dnnl::matmul(pd), std::move(args)});
     push_value(dst);
@@ -756,7 +728,8 @@ class Region {
       return false;
     Dims src_strides = src_desc.get_strides(), strides(transposed.size());
     for (size_t i = 0; i < transposed.size(); ++i) strides[i] = src_strides[s.axes[i]];
-    const memory::desc view(transposed, memory::data_type::f32, strides);
+    // In its own type: a bf16 value is no f32 plain view (a reorder converts it instead).
+    const memory::desc view(transposed, src_desc.get_data_type(), strides);
     memory::desc desc;
     if (view == plain_desc(transposed))
       desc = plain_desc(dst_dims);  // a reshape after it is a view too
@@ -779,8 +752,9 @@ class Region {
       const Dims window = {s.src_shape.dims[2], s.src_shape.dims[3]};
       dnnl::pooling_forward::primitive_desc pd(
           cpu_engine(), dnnl::prop_kind::forward_inference,
-          dnnl::algorithm::pooling_avg_exclude_padding, src_desc, any_desc(to_dims(s.dst_shape)),
-          window, window, {0, 0}, {0, 0}, {0, 0});
+          dnnl::algorithm::pooling_avg_exclude_padding, src_desc,
+          any_desc(to_dims(s.dst_shape), src_desc.get_data_type()), window, window, {0, 0},
+          {0, 0}, {0, 0});
       return finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(),
                          {{DNNL_ARG_SRC, value(s.src)}});
     }
@@ -847,8 +821,8 @@ class Region {
     memory src = value(s.src);
     dnnl::pooling_forward::primitive_desc pd(
         cpu_engine(), dnnl::prop_kind::forward_inference, algorithm(s.algorithm), src.get_desc(),
-        any_desc(to_dims(s.dst_shape)), pair(s.strides), pair(s.kernel), pair(s.dilates),
-        pair(s.pad_l), pair(s.pad_r));
+        any_desc(to_dims(s.dst_shape), src.get_desc().get_data_type()), pair(s.strides),
+        pair(s.kernel), pair(s.dilates), pair(s.pad_l), pair(s.pad_r));
     finish_step(s, dnnl::pooling_forward(pd), pd.dst_desc(), {{DNNL_ARG_SRC, src}});
   }
 
@@ -879,12 +853,14 @@ class Region {
       args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(sources.size())] = input;
       sources.push_back(input.get_desc());
     }
-    dnnl::concat::primitive_desc pd(cpu_engine(), any_desc(to_dims(s.dst_shape)), 1, sources);
+    dnnl::concat::primitive_desc pd(
+        cpu_engine(), any_desc(to_dims(s.dst_shape), sources[0].get_data_type()), 1, sources);
     finish_step(s, dnnl::concat(pd), pd.dst_desc(), std::move(args));
   }
 
   std::vector<Step> steps_;
   std::vector<int> results_;     // the steps whose values the region returns
+  ProductTypes types_;           // of its convolutions and matmuls
   std::vector<memory> params_;   // the region's parameters, plain, pointing at TVM's tensors
   std::vector<std::pair<int, memory>> views_;  // parameters read in another shape: param_view
   std::vector<memory> values_;   // each step's result, in the layout the step chose

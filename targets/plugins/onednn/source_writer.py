@@ -10,7 +10,8 @@ from importlib import resources
 import tvm
 from tvm import relax
 
-from .. import KEEP_PACKED_WEIGHTS_FUNCTION, composite_steps, static_library
+from .. import KEEP_PACKED_WEIGHTS_FUNCTION, PRECISION_ITEM, composite_steps, static_library
+from .bf16_policy import product_types
 from .library import include_dir
 from .patterns import (_is_per_channel, _shape, _transpose_axes, BINARY_POST_OPS, MAX_POST_OPS,
                        UNARY_POST_OPS)
@@ -270,9 +271,9 @@ _STEP_FIELDS = ("kind", "src", "weights", "weights_constant", "weights_transpose
                 "source_count", "axis", "axes", "scale", "shift", "epsilon")  # region.h's Step, in order
 
 
-def _region_source(region: relax.Function) -> tuple[str, str]:
+def _region_source(region: relax.Function, types: tuple[str, str]) -> tuple[str, str]:
     """One region as a C++ function of its parameters then its outputs (TVM's DPS call),
-    taking them packed."""
+    taking them packed; ``types``: its convolutions' and matmuls' (operands, result) types."""
     name = str(region.attrs["global_symbol"])
     steps, results = composite_steps(region)
     if any(kind != "step" for kind, _ in results):
@@ -287,7 +288,7 @@ def _region_source(region: relax.Function) -> tuple[str, str]:
         f"static const Step {name}_steps[] = {{\n    {step_lines}}};",
         f"static const int {name}_results[] = {_list(index for _, index in results)};",
         f"static const RegionSpec {name}_spec = {{{name}_params, {len(region.params)}, "
-        f"{name}_steps, {len(steps)}, {name}_results, {len(results)}}};",
+        f"{name}_steps, {len(steps)}, {name}_results, {len(results)}, {', '.join(types)}}};",
         # TVM's packed-call symbol for the function named ``name`` (what the export macros make)
         f'extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void*, const TVMFFIAny* args, '
         "int32_t num_args, TVMFFIAny*) {",
@@ -318,8 +319,9 @@ def _runtime() -> tvm.runtime.Module:
                           headers=[_region_header(), os.path.join(_source_dir(), "packed_store.h")])
 
 
-def codegen(regions: list[relax.Function], _items) -> list:
-    names, bodies = zip(*(_region_source(r) for r in regions))
+def codegen(regions: list[relax.Function], items) -> list:
+    types = product_types(items.get(PRECISION_ITEM))
+    names, bodies = zip(*(_region_source(r, types) for r in regions))
     source = "\n\n".join(['#include "region.h"', "using namespace odla_onednn;", *bodies])
     # C++20 for designated initializers (each step's fields are named); -O0: tables only.
     tables = static_library(source, list(names),
