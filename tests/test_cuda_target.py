@@ -3,6 +3,7 @@ it with every kernel scheduled (bound to GPU threads), a cuda bundle holds what 
 needs and its runner fails cleanly without a GPU, and NVIDIA_GPU's device info comes from the
 CUDA driver (a stand-in driver here)."""
 
+import json
 import os
 import shutil
 import subprocess
