@@ -363,7 +363,7 @@ def load_bundle(path, device: Device | None = None, checked: bool = False) -> Ex
         raise OdlaError(
             Status.FILE_NOT_EXIST, f"{root} has no {MANIFEST}: not an odla-tvm bundle"
         ) from None
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} is unreadable: {err}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise OdlaError(
@@ -561,7 +561,7 @@ def _parse(blob: bytes) -> tuple[dict, dict[str, memoryview]]:
     try:
         manifest = json.loads(blob[_HEADER.size:body].decode())
         layout = manifest["sections"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # (nested past Python's stack)
         raise _corrupt("its manifest is truncated or unreadable") from None
     sections = {}
     for name in ("library", "variables", "weights"):

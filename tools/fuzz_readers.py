@@ -83,7 +83,7 @@ class Child:
 
     def __init__(self, program: Path, timeout: float):
         self.program, self.timeout = program, timeout
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (the child's, closed by close)
         self.process = subprocess.Popen(
             [str(program)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
             env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
