@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import libodla
+from tools.fuzz_readers import join, split
 
 try:
     from . import c_programs as c
@@ -32,7 +33,6 @@ RNG = np.random.default_rng(7)
 TABLE = RNG.standard_normal((128, 16)).astype(np.float32)  # 8 KiB: a weight file
 W = RNG.standard_normal((16, 16)).astype(np.float32)
 B = RNG.standard_normal(16).astype(np.float32)
-_HEADER = struct.Struct("<8sIQ")
 
 
 def _reference(ids):
@@ -239,37 +239,14 @@ def test_a_hostile_bundle_gets_a_status(model, case):
 
 
 # -- stored files: the manifest and the sections' bytes -------------------------------------
-def _split(blob):
-    _, _, length = _HEADER.unpack_from(blob)
-    manifest = json.loads(blob[_HEADER.size:_HEADER.size + length])
-    body = blob[_HEADER.size + length:]
-    sections = {name: body[e["offset"]:e["offset"] + e["size"]]
-                for name, e in manifest["sections"].items()}
-    return manifest, sections
-
-
-def _join(manifest, sections, text=None, after=None):
-    """The stored file of ``manifest`` and ``sections`` (laid out and hashed, then changed by
-    ``after``), or of the manifest ``text``."""
-    offset = 0
-    for name, data in sections.items():
-        manifest["sections"][name] = {"offset": offset, "size": len(data),
-                                      "sha256": hashlib.sha256(data).hexdigest()}
-        offset += len(data)
-    if after is not None:
-        after(manifest)
-    text = text if text is not None else json.dumps(manifest).encode()
-    return _HEADER.pack(b"ODLATVM\0", 1, len(text)) + text + b"".join(sections.values())
-
-
 def _weights_zip(edit_entry):
     """A weights section whose first entry's central-directory record ``edit_entry`` changes."""
     def edit(blob):
-        manifest, sections = _split(blob)
+        manifest, sections = split(blob)
         data = bytearray(sections["weights"])
         at = struct.unpack_from("<I", data, data.rfind(b"PK\x05\x06") + 16)[0]
         sections["weights"] = bytes(edit_entry(data, at))
-        return _join(manifest, sections)
+        return join(manifest, sections)
     return edit
 
 
@@ -290,7 +267,7 @@ def _local_offset_past_end(data, at):
 
 
 def _weights_npy_shape(blob):
-    manifest, sections = _split(blob)
+    manifest, sections = split(blob)
     arrays = dict(np.load(io.BytesIO(sections["weights"])))
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
@@ -303,14 +280,19 @@ def _weights_npy_shape(blob):
                                   b"(4611686018427387904, 4611686018427387904)", 1)
             archive.writestr(f"{name}.npy", raw)
     sections["weights"] = out.getvalue()
-    return _join(manifest, sections)
+    return join(manifest, sections)
+
+
+def _offset_past_end(manifest):
+    manifest["sections"]["weights"]["offset"] = 2**63 - 1
+    return manifest
 
 
 def _odla_manifest(change):
     def edit(blob):
-        manifest, sections = _split(blob)
+        manifest, sections = split(blob)
         change(manifest)
-        return _join(manifest, sections)
+        return join(manifest, sections)
     return edit
 
 
@@ -318,10 +300,10 @@ ODLA_CASES = {
     "good": (lambda blob: blob, OK, OK),
     "manifest_length_huge": (lambda blob: blob[:12] + struct.pack("<Q", 2**64 - 1) + blob[20:],
                              INVALID_PARAM, None),
-    "manifest_nested_deeply": (lambda blob: _join(*_split(blob), text=b"{\"a\":" * 100000),
+    "manifest_nested_deeply": (lambda blob: join(*split(blob), text=b"{\"a\":" * 100000),
                                INVALID_PARAM, None),
-    "section_offset_overflow": (lambda blob: _join(*_split(blob), after=lambda m: m["sections"][
-        "weights"].__setitem__("offset", 2**63 - 1)), INVALID_PARAM, None),
+    "section_offset_overflow": (lambda blob: join(*split(blob), after=_offset_past_end),
+                                INVALID_PARAM, None),
     "zip64_extra_field_short": (_weights_zip(_zip64_short_extra), INVALID_PARAM, None),
     "zip_local_header_past_end": (_weights_zip(_local_offset_past_end), INVALID_PARAM, None),
     "npy_dims_overflow_in_archive": (_weights_npy_shape, INVALID_PARAM, None),
