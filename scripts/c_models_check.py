@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,7 +67,8 @@ def check(name: str, program: Path, work: Path) -> tuple[bool, str]:
         return False, f"run_executable exited {done.returncode}: {done.stderr.strip()[-500:]}"
     worst, same = 0.0, True
     for value, want in zip(exe.outputs, expected):
-        got = np.fromfile(out / f"{value.id}.bin", want.dtype).reshape(want.shape)
+        got = np.fromfile(out / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', value.id)}.bin",
+                          want.dtype).reshape(want.shape)
         same = same and np.array_equal(got, want)
         if want.size and want.dtype.kind == "f":
             worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want))))
