@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import libodla
+import relay_bridge
 import targets
 from libodla.binding import CallFailed, LoadedExecutable
 
@@ -55,6 +56,17 @@ def c_library_module(root: Path, manifest: dict, device: Device,
                           device, load_compiled)
 
 
+def _run_error(reason: str) -> Exception:
+    """The error a run through tvm_ffi raises for what the C library gave as ``reason``: a
+    run-time check's refusal as Python's check raises it (its type and message), else a
+    RuntimeError."""
+    for refusal in relay_bridge.REFUSED_DATA:
+        message = refusal.message_in(RuntimeError(reason))
+        if message is not None:
+            return refusal(message)
+    return RuntimeError(reason)
+
+
 class CLibraryModule:
     """A compiled module whose runs the C library makes (see the module's doc)."""
 
@@ -84,8 +96,8 @@ class CLibraryModule:
                         self._engine.launch(
                             zip(self._arg_ids, map(np.ascontiguousarray, inputs)),
                             zip(self._output_ids, outputs))
-                    except CallFailed as err:  # its reason alone, where run_failure finds
-                        raise RuntimeError(err.reason) from None  # a check's refusal
+                    except CallFailed as err:
+                        raise _run_error(err.reason) from None
                     return outputs
         return self.compiled_module().run(inputs, on_call)
 

@@ -204,10 +204,10 @@ REASONS = {
     "npy_header_length_huge": "its header is 4294967295 bytes; at most 65536",
     "npy_negative_dim": "its shape has a dim that is not a non-negative integer",
     "npy_v2_header_truncated": "weights/weight0.npy: its header is truncated",
-    "output_declared_other_rank": "returned (2, 5, 16) for output y, not the type its manifest "
-                                  "declares: (10, 16)",
-    "output_declared_smaller": "returned (2, 5, 16) for output y, not the type its manifest "
-                               "declares: (1, 5, 16)",
+    "output_declared_other_rank": "returned FLOAT32 (2, 5, 16) for output y, not the type its "
+                                  "manifest declares: FLOAT32 (10, 16)",
+    "output_declared_smaller": "returned FLOAT32 (2, 5, 16) for output y, not the type its "
+                               "manifest declares: FLOAT32 (1, 5, 16)",
     "weight_absolute": "not a plain relative name inside the bundle",
     "weight_declared_other_shape": "weight 0's data differs from the type its manifest declares",
     "weight_outside": "not a plain relative name inside the bundle",

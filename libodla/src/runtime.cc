@@ -196,9 +196,13 @@ void CheckResult(const _odla_value& slot, const DLTensor& result) {
     odla_value_shape shape{};
     shape.size = std::min<int>(result.ndim, ODLA_MAX_DIMENSION);
     std::copy(result.shape, result.shape + shape.size, shape.dims);
-    throw Error(ODLA_INVALID_PARAM, "the compiled library returned " + ShapeText(shape) +
-                                        " for output " + slot.id + ", not the type its "
-                                        "manifest declares: " + ShapeText(slot.type.shape));
+    const Dtype* given = DtypeOfDL(result.dtype);
+    throw Error(ODLA_INVALID_PARAM, "the compiled library returned " +
+                                        std::string(given ? given->odla : "another type") + " " +
+                                        ShapeText(shape) + " for output " + slot.id +
+                                        ", not the type its manifest declares: " +
+                                        DtypeOfElement(slot.type.element_type)->odla + " " +
+                                        ShapeText(slot.type.shape));
   }
 }
 
