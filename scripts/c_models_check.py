@@ -6,8 +6,8 @@ its outputs compared with the Python run's. Too slow for the suite (a compile pe
 
     python scripts/c_models_check.py [--models NAME ...] [--work DIR]
 
-NAME: an onnx light model (odla_tvm.bench.models.LIGHT_MODELS) or a file of MODELS_DIR
-(/work/models by default; $ODLA_TVM_MODELS_DIR). Prints one line per model and exits 1 where
+NAME: an onnx light model (odla_tvm.bench.models.LIGHT_MODELS) or an ONNX file (by default
+every file of MODELS_DIR: /work/models, or $ODLA_TVM_MODELS_DIR). Prints one line per model and exits 1 where
 any model fails to load, run or match.
 """
 
@@ -32,7 +32,7 @@ MODELS_DIR = Path(os.environ.get("ODLA_TVM_MODELS_DIR", "/work/models"))
 
 
 def model_path(name: str) -> str:
-    return light_model_path(name) if name in LIGHT_MODELS else str(MODELS_DIR / f"{name}.onnx")
+    return light_model_path(name) if name in LIGHT_MODELS else name
 
 
 def build_runner(work: Path) -> Path:
@@ -52,6 +52,7 @@ def check(name: str, program: Path, work: Path) -> tuple[bool, str]:
     session = odla.Session.from_onnx(path, engine_cache=False)
     exe = session.executable
     expected = session.run(feeds)
+    name = Path(name).stem if name.endswith(".onnx") else name
     stored = work / f"{name}.odla"
     exe.store(stored)
     compile_s = time.perf_counter() - start
@@ -78,7 +79,7 @@ def check(name: str, program: Path, work: Path) -> tuple[bool, str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    names = [*LIGHT_MODELS, *sorted(p.stem for p in MODELS_DIR.glob("*.onnx"))]
+    names = [*LIGHT_MODELS, *sorted(map(str, MODELS_DIR.glob("*.onnx")))]
     parser.add_argument("--models", nargs="+", default=names)
     parser.add_argument("--work", type=Path, default=Path("c-models-check"))
     args = parser.parse_args(argv)
