@@ -10,8 +10,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 INCLUDE_DIR = PACKAGE / "include"
 SOURCE_DIR = PACKAGE / "src"
-RUNTIME_SOURCES = ("common.cc", "sha256.cc", "mapped_file.cc", "stored_executable.cc",
-                   "runtime.cc", "compute.cc", "build.cc", "ops.cc", "platform.cc")
+# The stored-executable reader and the run-time checks, which odla_runner builds in too.
+READER_SOURCES = ("sha256.cc", "mapped_file.cc", "dtypes.cc", "npy.cc", "stored_executable.cc",
+                  "checks.cc")
+RUNTIME_SOURCES = ("common.cc", *READER_SOURCES, "runtime.cc", "compute.cc", "build.cc",
+                   "ops.cc", "platform.cc")
 COMPILER_SOURCES = ("compiler.cc",)
 LIBRARY = "libodla_tvm.so"
 COMPILER_LIBRARY = "libodla_tvm_compiler.so"

@@ -8,6 +8,7 @@ Raspberry Pi with ``bin/odla_runner`` and nothing else installed.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import logging
 import mmap
@@ -28,6 +29,7 @@ from .executable import (
     BUNDLE_FORMAT,
     LIBRARY,
     MANIFEST,
+    MANIFEST_DIGEST,
     Executable,
     _computation,
     _executable,
@@ -47,10 +49,6 @@ def _file_names(ids: list[str]) -> list[str]:
             name += "_"
         names.append(name)
     return names
-
-
-def _dims(slot: dict) -> str:
-    return ",".join(str(d) for d in slot["type"]["dims"])
 
 
 def _dtype(slot: dict) -> str:
@@ -155,15 +153,6 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
             _write_weight(root / slot["file"], array, path)
             digests[slot["file"]] = file_sha256(root / slot["file"])
         library.result()
-    lines = [f"library {LIBRARY}"]
-    if spec.device_kind != "cpu":  # odla_runner runs it there (signature.txt's "device")
-        lines.append(f"device {spec.device_kind}")
-    lines += [f"arg {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["args"]]
-    lines += [f"var {s['name']} {_dtype(s)} {_dims(s)} {s['file']}" for s in manifest["variables"]]
-    lines += [f"var {s['name']} {s['dtype']} {','.join(map(str, s['dims']))} {s['file']}"
-              for s in manifest["weights"]]
-    lines += [f"out {s['name']} {_dtype(s)} {_dims(s)}" for s in manifest["outputs"]]
-    (root / "signature.txt").write_text("\n".join(lines) + "\n")
     manifest["runtime_libraries"] = sorted(targets.runtime_library_names(spec))
     manifest["python_functions"] = _python_functions(root / LIBRARY)
     if with_runner:
@@ -179,7 +168,10 @@ def _write(exe: Executable, root: Path, with_runner: bool) -> None:
         for name, p in ((str(p.relative_to(root)), p) for p in sorted(root.rglob("*")))
         if p.is_file()
     }
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    text = (json.dumps(manifest, indent=2) + "\n").encode()
+    (root / MANIFEST).write_bytes(text)
+    # the manifest's own digest, beside it: a damaged manifest is found as a damaged file is
+    (root / MANIFEST_DIGEST).write_text(hashlib.sha256(text).hexdigest() + "\n")
 
 
 def _python_functions(library: Path) -> list[str]:

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 import libodla
+import relay_bridge
 import targets
+from libodla.binding import CallFailed, LoadedExecutable
 
 from .device import Device
 from .types import ValueType
@@ -29,24 +31,20 @@ def c_library_module(root: Path, manifest: dict, device: Device,
     """The engine of the bundle at ``root`` (its files checked), run by the C library, or
     loaded as a CompiledModule by ``load_compiled`` where that is needed; None
     where it would save nothing (tvm_ffi is loaded already), where the library is not built,
-    or where it cannot run the engine (then it loads as a CompiledModule). An engine whose
-    code calls functions registered from Python (run-time checks, relay_bridge.checks; the
-    manifest's python_functions) is not tried there: they are registered once tvm_ffi is,
-    and raise their own errors."""
+    or where it cannot run the engine (then it loads as a CompiledModule). The run-time checks
+    an engine's code calls (relay_bridge.checks) the library has in C++, with the same
+    messages."""
     if "tvm_ffi" in sys.modules:
         return None
     slots = manifest["args"] + manifest["outputs"]
     types = [ValueType.from_dict(slot["type"]) for slot in slots]
     if device.target.device_kind != "cpu" or manifest["variables"] or \
-            manifest.get("python_functions") or \
             any(t.shape.is_dynamic or t.dtype.kind == "V" for t in types) or \
             not os.path.isfile(libodla.library_path()):
         return None
-    from libodla import binding
-
     try:
-        engine = binding.LoadedExecutable(os.fspath(root))
-    except binding.CallFailed as err:  # such as a call of a function Python registers
+        engine = LoadedExecutable(os.fspath(root))
+    except CallFailed as err:
         log.debug("%s runs through tvm_ffi: the C library cannot load it: %s", root, err.reason)
         return None
     except (OSError, AttributeError) as err:  # a library that does not load, or of old sources
@@ -56,6 +54,17 @@ def c_library_module(root: Path, manifest: dict, device: Device,
                                                    types[len(manifest["args"]):])]
     return CLibraryModule(engine, [slot["id"] for slot in manifest["args"]], outputs,
                           device, load_compiled)
+
+
+def _run_error(reason: str) -> Exception:
+    """The error a run through tvm_ffi raises for what the C library gave as ``reason``: a
+    run-time check's refusal as Python's check raises it (its type and message), else a
+    RuntimeError."""
+    for refusal in relay_bridge.REFUSED_DATA:
+        message = refusal.message_in(RuntimeError(reason))
+        if message is not None:
+            return refusal(message)
+    return RuntimeError(reason)
 
 
 class CLibraryModule:
@@ -83,9 +92,12 @@ class CLibraryModule:
             outputs = [np.empty(dims, dtype) for dtype, dims in self._output_types]
             with self._lock:
                 if self._compiled is None:
-                    self._engine.launch(
-                        zip(self._arg_ids, map(np.ascontiguousarray, inputs)),
-                        zip(self._output_ids, outputs))
+                    try:
+                        self._engine.launch(
+                            zip(self._arg_ids, map(np.ascontiguousarray, inputs)),
+                            zip(self._output_ids, outputs))
+                    except CallFailed as err:
+                        raise _run_error(err.reason) from None
                     return outputs
         return self.compiled_module().run(inputs, on_call)
 

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import struct
 import tempfile
 from pathlib import Path
@@ -37,6 +38,7 @@ from .version import odla_tvm_version
 BUNDLE_FORMAT = "odla-tvm-bundle/1"
 LIBRARY = "model.so"
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.sha256"  # beside the manifest: its sha256 in hex
 
 _MAGIC = b"ODLATVM\0"
 _FORMAT_VERSION = 1
@@ -353,12 +355,15 @@ def load_bundle(path, device: Device | None = None, checked: bool = False) -> Ex
     hashed again, and runs in ODLA's C library where it can (odla_tvm.c_library_module)."""
     root = Path(path)
     try:
-        manifest = json.loads((root / MANIFEST).read_text())
+        text = (root / MANIFEST).read_bytes()
+        if not checked:
+            _check_manifest_digest(root, text)
+        manifest = json.loads(text)
     except FileNotFoundError:
         raise OdlaError(
             Status.FILE_NOT_EXIST, f"{root} has no {MANIFEST}: not an odla-tvm bundle"
         ) from None
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} is unreadable: {err}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise OdlaError(
@@ -369,6 +374,7 @@ def load_bundle(path, device: Device | None = None, checked: bool = False) -> Ex
     device = check_compatible(manifest, device, f"bundle {root}")
     try:
         files = manifest.get("files", {})
+        _check_names(root, manifest)
         for name, digest in files.items():
             file = root / name
             if not file.is_file():
@@ -398,6 +404,39 @@ def load_bundle(path, device: Device | None = None, checked: bool = False) -> Ex
     except Exception as err:  # noqa: BLE001 (an altered manifest fails in many ways)
         raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} does not describe a loadable "
                         f"bundle: {type(err).__name__}: {err}") from None
+
+
+def _check_manifest_digest(root: Path, text: bytes) -> None:
+    """Refuses a manifest whose sha256 is not the one kept beside it (MANIFEST_DIGEST)."""
+    try:
+        expected = (root / MANIFEST_DIGEST).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        expected = None
+    if expected != hashlib.sha256(text).hexdigest():
+        raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} was altered or has no "
+                        f"{MANIFEST_DIGEST}: its sha256 differs from the one kept beside it")
+
+
+_PLAIN_PART = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _check_names(root: Path, manifest: dict) -> None:
+    """Refuses a bundle naming a file outside it: every name a plain relative path (no "..",
+    no absolute path, no symbolic link on the way) and every file its entries name listed in
+    its files, with their sha256."""
+    files = manifest.get("files", {})
+    entries = [s.get("file") if isinstance(s, dict) else None
+               for s in [*manifest.get("variables", []), *manifest.get("weights", [])]]
+    for name in [*files, *entries]:
+        parts = name.split("/") if isinstance(name, str) else [""]
+        if not all(_PLAIN_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+            raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} names the file {name!r}, "
+                            "not a plain relative name inside the bundle")
+        if name not in files:
+            raise OdlaError(Status.INVALID_PARAM, f"{root / MANIFEST} names {name}, which its "
+                            "files (with their sha256) do not list")
+        if any((root / "/".join(parts[:i + 1])).is_symlink() for i in range(len(parts))):
+            raise OdlaError(Status.INVALID_PARAM, f"bundle file {name} is a symbolic link")
 
 
 def _mapped_weights(root: Path, manifest: dict) -> list[np.ndarray]:
@@ -522,7 +561,7 @@ def _parse(blob: bytes) -> tuple[dict, dict[str, memoryview]]:
     try:
         manifest = json.loads(blob[_HEADER.size:body].decode())
         layout = manifest["sections"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # (nested past Python's stack)
         raise _corrupt("its manifest is truncated or unreadable") from None
     sections = {}
     for name in ("library", "variables", "weights"):

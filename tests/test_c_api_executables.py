@@ -196,7 +196,7 @@ def test_bundle_with_a_damaged_file_is_refused_in_c(examples, weighted_bundle, t
     done = c.run_program(examples["run_executable"], bundle, tmp_path / "out", x_file,
                          env={"PYTHONPATH": "/nonexistent"})
     assert done.returncode != 0
-    assert (f"odla_LoadExecutable: not a valid odla-tvm executable: {bundle}: {bundle}/{file} "
+    assert (f"odla_LoadExecutable: not a valid odla-tvm executable: {bundle}: {file} "
             f"{message}") in done.stderr
     assert not (tmp_path / "out" / "z.bin").exists()
 

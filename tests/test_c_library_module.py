@@ -1,7 +1,7 @@
 """A cached engine loaded by a process that has not loaded tvm_ffi runs in ODLA's C library
 (odla_tvm.c_library_module): no tvm_ffi, no importlib.metadata, no compiler in the process,
-the same outputs; what needs the compiled module switches to it; engines the C library cannot
-run (run-time checks registered from Python) load through tvm_ffi and keep their errors."""
+the same outputs; what needs the compiled module switches to it; an engine whose code calls
+the run-time checks runs there too, refusing bad data with Python's message."""
 
 import json
 import os
@@ -95,20 +95,23 @@ def test_a_cached_engine_runs_in_the_c_library_without_tvm_ffi(tmp_path, device_
     np.testing.assert_array_equal(stored, out)
 
 
-def test_an_engine_with_run_time_checks_runs_through_tvm_ffi_and_keeps_its_errors(tmp_path):
+def test_an_engine_with_run_time_checks_runs_in_the_c_library_and_keeps_its_errors(tmp_path):
     path, table = _gather(tmp_path / "g.onnx")
-    odla.Session.from_onnx(path, engine_cache=True, cache_dir=tmp_path / "cache")
+    session = odla.Session.from_onnx(path, engine_cache=True, cache_dir=tmp_path / "cache")
     (entry,) = engine_cache.entries(tmp_path / "cache")
     manifest = json.loads((entry.path / "manifest.json").read_text())
     assert manifest["python_functions"] == ["odla_tvm.check_indices"]
     lines = _cached_process(tmp_path, path, "DEFAULT", {"idx": np.array([1, 2, 9])})
-    # no compiler, and no try of the C library (it would stay loaded, holding memory)
-    assert lines[0] == "CompiledModule ['tvm_ffi', 'importlib.metadata']"
+    assert lines[0] == "CLibraryModule ['libodla_tvm']"  # no tvm_ffi, no compiler
     assert lines[1] == "ran"
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), table[[1, 2, 9]])
+    out = np.load(tmp_path / "out.npy")
+    np.testing.assert_array_equal(out, table[[1, 2, 9]])
+    assert out.dtype == np.float32 and out.shape == (3, 4)
+    with pytest.raises(odla.OdlaError) as python_run:  # the same refusal, through tvm_ffi
+        session.run({"idx": np.array([1, 12, 9])})
     lines = _cached_process(tmp_path, path, "DEFAULT", {"idx": np.array([1, 12, 9])})
-    status, message = lines[1].split(" ", 1)
-    assert status == "INVALID_PARAM" and "12" in message, lines
+    assert lines[0] == "CLibraryModule ['libodla_tvm']"
+    assert lines[1] == f"INVALID_PARAM {str(python_run.value).splitlines()[0]}"
 
 
 def test_without_the_c_library_a_cached_engine_runs_through_tvm_ffi(tmp_path):

@@ -3,6 +3,7 @@ it with every kernel scheduled (bound to GPU threads), a cuda bundle holds what 
 needs and its runner fails cleanly without a GPU, and NVIDIA_GPU's device info comes from the
 CUDA driver (a stand-in driver here)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -99,8 +100,8 @@ def test_the_check_names_a_kernel_left_unscheduled():
 
 def test_a_cuda_bundle_carries_the_cuda_runtime_and_its_runner_says_no_gpu(tmp_path):
     bundle = odla.export(build_small_cnn(), "cuda", tmp_path / "cnn", with_runner=True)
-    signature = (bundle / "signature.txt").read_text().splitlines()
-    assert signature[:2] == ["library model.so", "device cuda"]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["device_kind"] == "cuda" and "model.so" in manifest["files"]
     assert (bundle / "lib" / "libtvm_runtime_cuda.so").is_file()
     np.save(tmp_path / "image.npy", np.zeros((1, 3, 32, 32), np.float32))
     done = subprocess.run([str(bundle / "bin" / "odla_runner"), str(bundle), str(tmp_path),

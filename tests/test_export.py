@@ -1,6 +1,7 @@
 """Deployable bundles: export, the Python-free C++ runner on the host and on aarch64 under
 qemu, and refusal of bundles that do not fit this machine or were tampered with."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -82,8 +83,12 @@ def test_host_bundle_contents_and_python_load(cnn, host_bundle):
     assert manifest["arch"] == os.uname().machine
     assert manifest["tvm_version"] == odla.get_device_info(
         odla.allocate_device(), odla.DeviceInfo.SDK_VERSION).split()[-1]
-    assert {"model.so", "signature.txt", "README.txt", "bin/odla_runner",
+    assert {"model.so", "README.txt", "bin/odla_runner",
             "lib/libtvm_runtime.so", "lib/libtvm_ffi.so"} <= set(manifest["files"])
+    # the runner reads the manifest, whose own digest lies beside it
+    assert not (host_bundle / "signature.txt").exists()
+    assert (host_bundle / "manifest.sha256").read_text() == hashlib.sha256(
+        (host_bundle / "manifest.json").read_bytes()).hexdigest() + "\n"
     assert [a["id"] for a in manifest["args"]] == ["image"]
     assert manifest["args"][0]["type"] == {"element_type": "FLOAT32", "dims": [2, 3, 32, 32]}
     readme = (host_bundle / "README.txt").read_text()
@@ -131,9 +136,15 @@ def _copy(bundle, tmp_path, name):
     return copy
 
 
+def _forge_manifest(bundle, text):
+    """Writes the manifest ``text`` with its digest beside it, as a forger would."""
+    (bundle / "manifest.json").write_text(text)
+    (bundle / "manifest.sha256").write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+
+
 def test_foreign_or_tampered_bundles_are_refused(host_bundle, tmp_path):
     missing = _copy(host_bundle, tmp_path, "missing")
-    (missing / "signature.txt").unlink()
+    (missing / "README.txt").unlink()
     altered = _copy(host_bundle, tmp_path, "altered")
     library = bytearray((altered / "model.so").read_bytes())
     library[len(library) // 2] ^= 0xFF
@@ -143,13 +154,18 @@ def test_foreign_or_tampered_bundles_are_refused(host_bundle, tmp_path):
     for bundle, key, value in ((other_tvm, "tvm_version", "0.26.0"), (other_arch, "arch", "riscv64")):
         manifest = json.loads((bundle / "manifest.json").read_text())
         manifest[key] = value
-        (bundle / "manifest.json").write_text(json.dumps(manifest))
+        _forge_manifest(bundle, json.dumps(manifest))
+    unforged = _copy(host_bundle, tmp_path, "unforged")
+    manifest = json.loads((unforged / "manifest.json").read_text())
+    manifest["arch"] = "riscv64"
+    (unforged / "manifest.json").write_text(json.dumps(manifest))
     no_manifest = _copy(host_bundle, tmp_path, "no-manifest")
     (no_manifest / "manifest.json").unlink()
     garbled = _copy(host_bundle, tmp_path, "garbled")
-    (garbled / "manifest.json").write_text("{not json")
+    _forge_manifest(garbled, "{not json")
     cases = [
-        (missing, Status.INVALID_PARAM, "signature.txt is missing"),
+        (missing, Status.INVALID_PARAM, "README.txt is missing"),
+        (unforged, Status.INVALID_PARAM, "manifest.json was altered"),
         (altered, Status.INVALID_PARAM, "model.so was altered"),
         (other_tvm, Status.UNSUPPORTED_DEVICE_TYPE, "TVM 0.26.0"),
         (other_arch, Status.UNSUPPORTED_DEVICE_TYPE, "riscv64"),

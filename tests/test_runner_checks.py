@@ -1,5 +1,5 @@
 """odla_runner (no Python) answers the run-time checks odla-tvm's modules call on the host
-(odla_tvm.check_*, targets/runner/odla_checks.h): a gather with good indices runs and matches
+(odla_tvm.check_*, libodla/src/checks.cc): a gather with good indices runs and matches
 NumPy, a bad index or a zero divisor fails the run, naming what was wrong."""
 
 import subprocess
@@ -46,10 +46,11 @@ def test_good_indices_and_divisors_run(bundle, tmp_path):
 def test_a_bad_index_fails_the_run_naming_it(bundle, tmp_path):
     done = _run(bundle, tmp_path, [2, 10, 0], [2, 2, 3, 4])
     assert done.returncode == 1
-    assert "index 10 (element 1) lies outside [-10, 9]" in done.stderr, done.stderr
+    assert "index 10 (element 1 of the indices) is out of range; expected -10 to 9" \
+        in done.stderr, done.stderr
 
 
 def test_a_zero_divisor_fails_the_run_naming_it(bundle, tmp_path):
     done = _run(bundle, tmp_path, [0, 1, 2], [2, 0, 3, 4])
     assert done.returncode == 1
-    assert "division by zero (divisor element 1)" in done.stderr, done.stderr
+    assert "divides by zero (element 1 of the divisor)" in done.stderr, done.stderr

@@ -12,6 +12,7 @@ runs past its limit a hang.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import random
@@ -364,8 +365,10 @@ class Runner:
             target.write_bytes(blob)
             kind = f"{kind} {target.suffix or target.name}"
         else:
-            manifest = root / "manifest.json"
-            manifest.write_text(json.dumps(mutate_json(json.loads(manifest.read_text()), rng)))
+            # its digest beside it made to match, so that the mutation reaches the reader
+            text = json.dumps(mutate_json(json.loads((root / "manifest.json").read_text()), rng))
+            (root / "manifest.json").write_text(text)
+            (root / "manifest.sha256").write_text(hashlib.sha256(text.encode()).hexdigest())
             kind = "manifest"
         return f"{family}/{kind}", lambda: self._run(load_executable(str(root)), given, rng)
 

@@ -4,10 +4,12 @@
  *   run_executable EXE OUT_DIR [--threads N] [--repeat N] [--store COPY] INPUT.bin ...
  *
  * Each INPUT.bin holds one argument's raw data, in argument order. Each output is written raw
- * to OUT_DIR/<output id>.bin. With --threads N, N threads run the executable at once, each
+ * to OUT_DIR/<output id>.bin, each character of the id other than [A-Za-z0-9_.-] written as
+ * '_' (ids such as "gpu_0/softmax_1" name no folder). With --threads N, N threads run the executable at once, each
  * with its own context, --repeat times, and must all compute the same outputs. --store writes
  * the executable again, to COPY. Prints the libraries of note this process maps. */
 #include <ODLA/odla.h>
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +85,14 @@ static void* run(void* unused) {
   return outputs;
 }
 
+/* OUT_DIR/<id>.bin, the id made a file name. */
+static void output_path(char* path, size_t size, const char* out_dir, const char* id) {
+  size_t at = (size_t)snprintf(path, size, "%s/", out_dir), i;
+  for (i = 0; id[i] != '\0' && at + 5 < size; ++i, ++at)
+    path[at] = (isalnum((unsigned char)id[i]) || strchr("_.-", id[i])) ? id[i] : '_';
+  snprintf(path + at, size - at, ".bin");
+}
+
 static void print_mapped_libraries(void) {
   char line[4096];
   int python = 0, compiler = 0;
@@ -153,9 +163,12 @@ int main(int argc, char** argv) {
     char path[4096];
     FILE* f;
     odla_GetOutputFromExecutableByIdx(exe, i, &out);
-    snprintf(path, sizeof path, "%s/%s.bin", out_dir, value_id(out));
+    output_path(path, sizeof path, out_dir, value_id(out));
     f = fopen(path, "wb");
-    if (f == NULL || fwrite(results[0][i], 1, output_bytes[i], f) != output_bytes[i]) return 1;
+    if (f == NULL || fwrite(results[0][i], 1, output_bytes[i], f) != output_bytes[i]) {
+      fprintf(stderr, "cannot write %s\n", path);
+      return 1;
+    }
     fclose(f);
   }
   if (store != NULL) {

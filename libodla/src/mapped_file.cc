@@ -14,7 +14,29 @@
 namespace odla_tvm {
 
 std::shared_ptr<const MappedFile> MappedFile::Open(const std::string& path, bool populate) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  return Map(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC), path, populate);
+}
+
+std::shared_ptr<const MappedFile> MappedFile::OpenBeneath(const std::string& root,
+                                                          const std::string& name,
+                                                          bool populate) {
+  int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  size_t at = 0;
+  for (size_t slash; dir >= 0 && (slash = name.find('/', at)) != std::string::npos;
+       at = slash + 1) {
+    int next = openat(dir, name.substr(at, slash - at).c_str(),
+                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(dir);
+    dir = next;
+  }
+  if (dir < 0) return nullptr;
+  int fd = openat(dir, name.c_str() + at, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  close(dir);
+  return Map(fd, root + "/" + name, populate);
+}
+
+std::shared_ptr<const MappedFile> MappedFile::Map(int fd, const std::string& path,
+                                                  bool populate) {
   if (fd < 0) return nullptr;
   struct stat info;
   if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {

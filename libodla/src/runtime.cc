@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include "checks.h"
+
 namespace ffi = tvm::ffi;
 
 namespace odla_tvm {
@@ -94,6 +96,13 @@ class VmLease {
     (*vm_.module)->GetFunction("vm_initialization").value()(static_cast<int>(kDLCPU), 0, 2,
                                                          static_cast<int>(kDLCPU), 0, 2);
     vm_.main = (*vm_.module)->GetFunction("main").value();
+    // main takes the arguments, then the variables and the weights: a manifest that declares
+    // others would have main read what is not there
+    int64_t arity = (*vm_.module)->GetFunction("get_function_arity").value()("main").cast<int64_t>();
+    if (static_cast<size_t>(arity) != exe.args.size() + exe.extra.size())
+      throw Error(ODLA_INVALID_PARAM, "its compiled main takes " + std::to_string(arity) +
+                                          " tensors; its manifest declares " +
+                                          std::to_string(exe.args.size() + exe.extra.size()));
   }
   ~VmLease() {
     std::lock_guard<std::mutex> lock(exe_.pool_mutex);
@@ -175,9 +184,32 @@ const ffi::Tensor& InputTensor(const _odla_value& slot, size_t index, _odla_cont
   return input.tensor;
 }
 
+// Refuses a result other than the output's declared type, before it is copied to a buffer
+// the caller sized from that type.
+void CheckResult(const _odla_value& slot, const DLTensor& result) {
+  bool same = SameDL(result.dtype, DataType(slot.type.element_type)) &&
+              result.ndim == slot.type.shape.size && result.device.device_type == kDLCPU;
+  for (int i = 0; same && i < result.ndim; ++i)
+    same = slot.type.shape.dims[i] < 0 ? result.shape[i] >= 0
+                                       : result.shape[i] == slot.type.shape.dims[i];
+  if (!same) {
+    odla_value_shape shape{};
+    shape.size = std::min<int>(result.ndim, ODLA_MAX_DIMENSION);
+    std::copy(result.shape, result.shape + shape.size, shape.dims);
+    const Dtype* given = DtypeOfDL(result.dtype);
+    throw Error(ODLA_INVALID_PARAM, "the compiled library returned " +
+                                        std::string(given ? given->odla : "another type") + " " +
+                                        ShapeText(shape) + " for output " + slot.id +
+                                        ", not the type its manifest declares: " +
+                                        DtypeOfElement(slot.type.element_type)->odla + " " +
+                                        ShapeText(slot.type.shape));
+  }
+}
+
 // Writes an output where it is bound, else keeps it for odla_GetValueData.
 void StoreOutput(const _odla_value& slot, const ffi::Tensor& tensor, _odla_context& ctx) {
   const DLTensor& result = *tensor.GetDLTensorPtr();
+  CheckResult(slot, result);
   odla_value_shape shape{};
   shape.size = result.ndim;
   std::copy(result.shape, result.shape + result.ndim, shape.dims);
@@ -204,7 +236,7 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
     packed.emplace_back(InputTensor(*exe.args[i], i, ctx));
   for (const ffi::Tensor& t : exe.extra) packed.emplace_back(t);
   ffi::Any result;
-  {
+  try {
     VmLease vm(exe);
     if (Profiling()) {
       auto start = std::chrono::steady_clock::now();
@@ -213,6 +245,9 @@ void Launch(_odla_executable& exe, _odla_context& ctx) {
     } else {
       vm.main().CallPacked(packed.data(), static_cast<int32_t>(packed.size()), &result);
     }
+  } catch (const ffi::Error& e) {  // a run-time check's refusal of the caller's data
+    if (IsRefusedData(e)) throw Error(ODLA_INVALID_PARAM, e.message());
+    throw;
   }
   if (auto single = result.try_cast<ffi::Tensor>()) {
     if (exe.outputs.size() != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR,
@@ -255,6 +290,7 @@ std::shared_ptr<_odla_executable> Loaded(std::shared_ptr<_odla_executable> exe,
   for (const Array& a : stored.variable_data) exe->extra.push_back(ArrayTensor(a));
   for (const Array& a : stored.weights) exe->extra.push_back(ArrayTensor(a));
   ReadyThreadPools(stored.vendor_regions);
+  RegisterChecks();
   try {
     exe->library = stored.library_path.empty() ? LoadLibrary(stored.library)
                                                : ffi::Module::LoadFromFile(stored.library_path);

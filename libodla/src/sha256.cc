@@ -116,7 +116,7 @@ std::string Sha256Hex(std::string_view data) {
   compress(state, reinterpret_cast<const unsigned char*>(data.data()), whole);
   unsigned char tail[128] = {};
   size_t rest = data.size() - whole * 64;
-  std::memcpy(tail, data.data() + whole * 64, rest);
+  if (rest != 0) std::memcpy(tail, data.data() + whole * 64, rest);  // (an empty file's is NULL)
   tail[rest] = 0x80;
   size_t blocks = rest + 9 > 64 ? 2 : 1;
   uint64_t bits = uint64_t(data.size()) * 8;

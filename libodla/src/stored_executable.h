@@ -1,38 +1,37 @@
-// Reading odla-tvm's stored executable (what odla_tvm.store_executable writes) without Python:
-//   "ODLATVM\0", u32 format version 1, u64 manifest length, the JSON manifest, then the
-//   sections the manifest's "sections" place (offsets after the manifest): "library" (the
-//   compiled shared library), "variables" and "weights" (NumPy .npz archives, entries
-//   "v<i>" and "w<i>", stored uncompressed). Exported bundles are read too: a folder with
-//   manifest.json (the same slots, and every file's sha256), model.so and .npy files.
+// Reading odla-tvm's stored executable (what odla_tvm.store_executable writes) and exported
+// bundle without Python: the one reader of both, for libodla_tvm.so and odla_runner. The
+// format, every field and its limits, is docs/formats.md's. A stored file is untrusted input:
+// each length, offset, name and shape is bounded before it is used, and a malformed file
+// throws Error (ODLA_INVALID_PARAM, or ODLA_UNSUPPORTED_DEVICE_TYPE for another machine's).
 #ifndef ODLA_TVM_STORED_EXECUTABLE_H_
 #define ODLA_TVM_STORED_EXECUTABLE_H_
-
-#include <dlpack/dlpack.h>
 
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "dtypes.h"
 #include "internal.h"
 #include "mapped_file.h"
+#include "npy.h"
 
 namespace odla_tvm {
 
+// Limits of what a manifest may hold (docs/formats.md).
+constexpr uint64_t kMaxManifestBytes = 64 << 20;
+constexpr int kMaxManifestDepth = 32;  // of nested lists and objects
+constexpr size_t kMaxManifestEntries = 1 << 16;  // slots, weights, files
+
 struct Slot {
   std::string id;
+  std::string name;  // (a bundle's) its file-safe name, a plain name without '/'
   odla_value_type type{};
-};
-
-struct Array {  // an .npy entry: its dtype, shape and data (a view of the stored bytes)
-  DLDataType dtype{};
-  std::vector<int64_t> shape;
-  std::string_view data;
-  std::shared_ptr<const MappedFile> file;  // (a bundle's) the mapping `data` lies in
 };
 
 struct StoredExecutable {
   std::vector<Slot> args, outputs, variables;
+  std::string device_kind;   // "cpu", or (a bundle read for odla_runner) "cuda"
   std::string_view library;  // the library's bytes, or
   std::string library_path;  // (a bundle's) its file
   std::vector<Array> variable_data, weights;
@@ -40,13 +39,17 @@ struct StoredExecutable {
 };
 
 // Parses `blob` (kept alive by the caller); a malformed one throws Error naming `what`.
-StoredExecutable ParseStoredExecutable(const std::string& blob, const std::string& what);
+StoredExecutable ParseStoredExecutable(std::string_view blob, const std::string& what);
 
-// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its files' sha256
-// unless its caller has (`check_digests`); its arrays view their files, mapped.
-StoredExecutable ParseBundle(const std::string& root, bool check_digests = true);
+// Parses the exported bundle (odla_tvm.export) in the folder `root`, checking its manifest's
+// and its files' sha256 unless its caller has (`check_digests`); its arrays view their files,
+// mapped. `gpu`: a bundle for a CUDA device is read too (odla_runner runs it).
+StoredExecutable ParseBundle(const std::string& root, bool check_digests = true,
+                             bool gpu = false);
 
-DLDataType DataType(odla_element_type type);
+// Whether `name` is a plain relative file name a bundle may hold: '/'-separated parts of
+// [A-Za-z0-9_.-], none empty, "." or "..".
+bool PlainName(std::string_view name);
 
 }  // namespace odla_tvm
 

@@ -64,8 +64,9 @@ def runner(check: Path) -> Path:
     print(f"the prepared runner does not start here ({done.stderr.strip()[-300:]}); "
           "building it with g++", flush=True)
     local = check / "bin" / "odla_runner.local"
-    subprocess.run(["g++", "-std=c++17", "-O2", "-o", str(local), str(check / "src" /
-                    "odla_runner.cc"), f"-I{check / 'include'}", f"-L{check / 'lib'}",
+    subprocess.run(["g++", "-std=c++17", "-O2", "-o", str(local),
+                    *sorted(map(str, (check / "src").glob("*.cc"))),
+                    f"-I{check / 'include'}", f"-L{check / 'lib'}",
                     "-ltvm_runtime", "-ltvm_ffi", "-ldl", "-Wl,-rpath,$ORIGIN/../lib"],
                    check=True)
     return local

@@ -53,19 +53,17 @@ def compile_bundle(onnx_path: Path, bundle: Path) -> dict:
 
 
 def share_weights(bundle: Path, other: Path) -> int:
-    """Points ``bundle``'s weights that are byte for byte one of ``other``'s at that one
-    (removing its copies); the bytes saved."""
+    """Makes ``bundle``'s weights that are byte for byte one of ``other``'s hard links to that
+    one (a bundle names only files inside it, and its manifest stays as written); the bytes
+    saved."""
     others = {_sha256(p): p for p in (other / "weights").glob("*.npy")}
-    lines, saved = [], 0
-    for line in (bundle / "signature.txt").read_text().splitlines():
-        fields = line.split()
-        same = others.get(_sha256(bundle / fields[4])) if fields[0] == "var" else None
+    saved = 0
+    for weight in sorted((bundle / "weights").glob("*.npy")):
+        same = others.get(_sha256(weight))
         if same is not None:
-            saved += (bundle / fields[4]).stat().st_size
-            (bundle / fields[4]).unlink()
-            fields[4] = os.path.relpath(same, bundle)
-        lines.append(" ".join(fields))
-    (bundle / "signature.txt").write_text("\n".join(lines) + "\n")
+            saved += weight.stat().st_size
+            weight.unlink()
+            os.link(same, weight)
     return saved
 
 
@@ -88,12 +86,14 @@ def runtime(check: Path) -> None:
     if found:
         shutil.copyfile(found[0], check / "lib" / CUDART)
     targets.build_runner(SPEC, check / "bin" / "odla_runner", check / "lib")
-    # Its source and headers, for a GPU machine whose C library is older than this one's.
+    # Its sources and headers, for a GPU machine whose C library is older than this one's:
+    # src/ holds the .cc files to build, include/ every header they include.
     (check / "src").mkdir(exist_ok=True)
-    for name in (targets.runner.RUNNER_SOURCE.name, "odla_checks.h"):
-        shutil.copyfile(targets.runner.RUNNER_SOURCE.parent / name, check / "src" / name)
-    for include in targets.runner.include_dirs():
-        shutil.copytree(include, check / "include", dirs_exist_ok=True)
+    for source in targets.runner.runner_sources():
+        shutil.copyfile(source, check / "src" / source.name)
+    for include in [*targets.runner.runner_headers(), *targets.runner.include_dirs()]:
+        shutil.copytree(include, check / "include", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*.cc"))
 
 
 def main(argv=None) -> int:

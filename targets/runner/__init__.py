@@ -1,6 +1,7 @@
 """The Python-free programs: TVM's C++ runtime for a target's machine, odla_runner built
-against it (source: odla_runner.cc, beside this file), and odla_rpc_server, the RPC server a
-board runs for tuning through a tracker (odla_rpc_server.cc)."""
+against it (source: odla_runner.cc, beside this file, with libodla's bundle reader and
+run-time checks, libodla.READER_SOURCES), and odla_rpc_server, the RPC server a board runs
+for tuning through a tracker (odla_rpc_server.cc)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
+from libodla.paths import INCLUDE_DIR, READER_SOURCES, SOURCE_DIR
 from toolchain import ToolchainMissing, cache_dir
 
 from ..specs import TargetSpec
@@ -99,11 +101,23 @@ def compiler(spec: TargetSpec) -> str:
     return found
 
 
+def runner_sources() -> list[Path]:
+    """odla_runner's sources: its own and libodla's reader (its headers beside them)."""
+    return [RUNNER_SOURCE, *[SOURCE_DIR / name for name in READER_SOURCES]]
+
+
+def runner_headers() -> list[Path]:
+    """The folders of the headers odla_runner's sources include besides TVM's."""
+    return [SOURCE_DIR, INCLUDE_DIR]
+
+
 def build_runner(spec: TargetSpec, output: Path, library_dir: Path) -> Path:
     """Compiles odla_runner for ``spec``'s machine, linked against the runtime libraries in
     ``library_dir`` and finding them at run time beside itself in ../lib."""
-    command = [compiler(spec), "-std=c++17", "-O2", "-o", str(output), str(RUNNER_SOURCE),
-               *[f"-I{d}" for d in include_dirs()], f"-L{library_dir}", "-ltvm_runtime",
+    command = [compiler(spec), "-std=c++17", "-O2", "-o", str(output),
+               *map(str, runner_sources()),
+               *[f"-I{d}" for d in [*runner_headers(), *include_dirs()]], f"-L{library_dir}",
+               "-ltvm_runtime",
                "-ltvm_ffi", "-Wl,-rpath,$ORIGIN/../lib"]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
