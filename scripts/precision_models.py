@@ -2,7 +2,7 @@
 """BF16_MODE and FP16_MODE against float32 on real ONNX models (scripts/export_models.py's):
 each model's builds on the DEFAULT device (Session.from_onnx's precision), timed in turns
 in one process, their outputs against the float32 build's; prints a markdown table (the rows
-of docs/precision.md) and the geo-means.
+of docs/bench/precision.md) and the geo-means.
 
     scripts/precision_models.py /work/models/resnet50.onnx ... [--threads 2] [--runs 5]
 """
