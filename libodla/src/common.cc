@@ -24,6 +24,51 @@ void Log(odla_log_level level, const char* function, const std::string& message)
   }
 }
 
+namespace {
+std::mutex handles_mutex;
+std::unordered_map<const void*, HandleKind> handles;
+
+const char* const kKindNames[] = {"computation", "value", "executable", "context", "device",
+                                  "device config", "device trace"};
+
+void ThrowNotLive(const void* handle, HandleKind kind, const char* what) {
+  auto found = handles.find(handle);
+  throw Error(ODLA_INVALID_PARAM,
+              std::string(what) + " is not a live " + kKindNames[static_cast<int>(kind)] +
+                  (found == handles.end() ? " (destroyed, or not one this library made)"
+                                          : std::string(" but a ") +
+                                                kKindNames[static_cast<int>(found->second)]));
+}
+}  // namespace
+
+void Track(const void* handle, HandleKind kind) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  handles[handle] = kind;
+}
+
+bool Untrack(const void* handle, HandleKind kind) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  auto found = handles.find(handle);
+  if (found == handles.end() || found->second != kind) return false;
+  handles.erase(found);
+  return true;
+}
+
+void CheckLive(const void* handle, HandleKind kind, const char* what) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  auto found = handles.find(handle);
+  if (found == handles.end() || found->second != kind) ThrowNotLive(handle, kind, what);
+}
+
+_odla_value LiveCopy(const _odla_value* value, const char* what) {
+  Require(value, what);
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  auto found = handles.find(value);
+  if (found == handles.end() || found->second != HandleKind::kValue)
+    ThrowNotLive(value, HandleKind::kValue, what);
+  return *value;
+}
+
 std::string IdText(const odla_value_id id, const char* what) {
   if (id == nullptr) throw Error(ODLA_INVALID_PARAM, std::string(what) + " is NULL");
   return std::string(reinterpret_cast<const char*>(id));

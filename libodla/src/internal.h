@@ -24,6 +24,8 @@
 #define ODLA_TVM_TVM_VERSION ""
 #endif
 
+struct _odla_value;
+
 namespace odla_tvm {
 
 // A failure carrying the ODLA status the entry point returns.
@@ -72,6 +74,25 @@ T* Require(T* pointer, const char* what) {
   return pointer;
 }
 
+// Every handle the library gives is live from its creation to its destruction; one checked
+// here before use (from any thread) gives a status when destroyed, stale or foreign.
+enum class HandleKind : uint8_t {
+  kComputation, kValue, kExecutable, kContext, kDevice, kConfig, kTrace
+};
+void Track(const void* handle, HandleKind kind);
+// Ends `handle`'s life: false where it was not live (so only one of two destroys proceeds).
+bool Untrack(const void* handle, HandleKind kind);
+// Throws ODLA_INVALID_PARAM naming `what` unless `handle` is live and of `kind`.
+void CheckLive(const void* handle, HandleKind kind, const char* what);
+// A copy of a value (its id and type), taken while its owner cannot free it; throws as
+// CheckLive.
+_odla_value LiveCopy(const _odla_value* value, const char* what);
+template <typename T>
+T* Live(T* handle, HandleKind kind, const char* what) {
+  CheckLive(Require(handle, what), kind, what);
+  return handle;
+}
+
 std::string IdText(const odla_value_id id, const char* what);
 size_t ElementSize(odla_element_type type);
 int64_t ElementCount(const odla_value_shape& shape);
@@ -116,6 +137,11 @@ std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const st
 // Loads the exported bundle in the folder `root` (see ParseBundle); one not checked against
 // its digests is an engine-cache entry, where its vendor regions keep their packed weights.
 std::shared_ptr<_odla_executable> LoadBundle(const std::string& root, bool check_digests = true);
+
+// The live context or executable a handle names (held while used: a concurrent destroy frees
+// it after); throws ODLA_INVALID_PARAM for a destroyed or foreign one.
+std::shared_ptr<_odla_context> LiveContext(odla_context context);
+std::shared_ptr<_odla_executable> LiveExecutable(odla_executable executable);
 
 // Copies `value`, an output of the context's last run, to `data`; false if it has none.
 bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data);
