@@ -299,8 +299,7 @@ odla_status odla_DestroyComputation(odla_computation computation) {
   return Guard(__func__, [&] {
     // only one of two destroys passes; the other (or a later one) gets a status
     if (!Untrack(Require(computation, "computation"), HandleKind::kComputation))
-      throw Error(ODLA_INVALID_PARAM, "computation is not a live computation (destroyed, or not "
-                                      "one this library made)");
+      ThrowNotLive("computation");
     std::unique_ptr<_odla_computation> comp(computation);
     if (CurrentComputation() == comp.get()) CurrentComputation() = nullptr;
     for (auto& value : comp->values) Untrack(value.get(), HandleKind::kValue);

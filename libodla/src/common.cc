@@ -31,15 +31,20 @@ std::unordered_map<const void*, HandleKind> handles;
 const char* const kKindNames[] = {"computation", "value", "executable", "context", "device",
                                   "device config", "device trace"};
 
-void ThrowNotLive(const void* handle, HandleKind kind, const char* what) {
+// Called holding handles_mutex.
+[[noreturn]] void ThrowWrongKind(const void* handle, HandleKind kind, const char* what) {
   auto found = handles.find(handle);
-  throw Error(ODLA_INVALID_PARAM,
-              std::string(what) + " is not a live " + kKindNames[static_cast<int>(kind)] +
-                  (found == handles.end() ? " (destroyed, or not one this library made)"
-                                          : std::string(" but a ") +
-                                                kKindNames[static_cast<int>(found->second)]));
+  if (found == handles.end()) ThrowNotLive(what);
+  throw Error(ODLA_INVALID_PARAM, std::string(what) + " is not a " +
+                                      kKindNames[static_cast<int>(kind)] + " but a " +
+                                      kKindNames[static_cast<int>(found->second)]);
 }
 }  // namespace
+
+void ThrowNotLive(const std::string& what) {
+  throw Error(ODLA_INVALID_PARAM,
+              what + " is not live (destroyed, or not one this library made)");
+}
 
 void Track(const void* handle, HandleKind kind) {
   std::lock_guard<std::mutex> lock(handles_mutex);
@@ -57,7 +62,7 @@ bool Untrack(const void* handle, HandleKind kind) {
 void CheckLive(const void* handle, HandleKind kind, const char* what) {
   std::lock_guard<std::mutex> lock(handles_mutex);
   auto found = handles.find(handle);
-  if (found == handles.end() || found->second != kind) ThrowNotLive(handle, kind, what);
+  if (found == handles.end() || found->second != kind) ThrowWrongKind(handle, kind, what);
 }
 
 _odla_value LiveCopy(const _odla_value* value, const char* what) {
@@ -65,7 +70,7 @@ _odla_value LiveCopy(const _odla_value* value, const char* what) {
   std::lock_guard<std::mutex> lock(handles_mutex);
   auto found = handles.find(value);
   if (found == handles.end() || found->second != HandleKind::kValue)
-    ThrowNotLive(value, HandleKind::kValue, what);
+    ThrowWrongKind(value, HandleKind::kValue, what);
   return *value;
 }
 

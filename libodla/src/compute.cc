@@ -30,32 +30,20 @@ odla_executable Register(std::shared_ptr<_odla_executable> exe) {
   return exe.get();
 }
 
+// What `live` holds for `handle`, taken out of it where `take` (one of two concurrent
+// destroys does; the other gets a status).
 template <typename Map>
-typename Map::mapped_type Find(const Map& live, typename Map::key_type handle, const char* what) {
+typename Map::mapped_type Find(Map& live, typename Map::key_type handle, const char* what,
+                               bool take = false) {
   Require(handle, what);
   std::lock_guard<std::mutex> lock(live_mutex);
   auto found = live.find(handle);
-  if (found == live.end())
-    throw Error(ODLA_INVALID_PARAM, std::string(what) + " is not a live " + what +
-                                        " (destroyed, or not one this library made)");
-  return found->second;
-}
-
-// Takes `handle` out of `live`: what it held, or a status for a handle not live (one of two
-// concurrent destroys).
-template <typename Map>
-typename Map::mapped_type Take(Map& live, typename Map::key_type handle, const char* what) {
-  Require(handle, what);
-  std::lock_guard<std::mutex> lock(live_mutex);
-  auto found = live.find(handle);
-  if (found == live.end())
-    throw Error(ODLA_INVALID_PARAM, std::string(what) + " is not a live " + what +
-                                        " (destroyed, or not one this library made)");
+  if (found == live.end()) ThrowNotLive(what);
+  if (!take) return found->second;
   typename Map::mapped_type held = std::move(found->second);
   live.erase(found);
   return held;
 }
-
 
 void CheckMode(odla_compute_mode mode) {
   if (mode == ODLA_COMPUTE_TRAINING)
@@ -393,7 +381,7 @@ odla_status odla_GetOutputFromExecutableByIdx(const odla_executable executable,
 odla_status odla_DestroyExecutable(odla_executable executable) {
   return Guard(__func__, [&] {
     // freed when the runs and contexts holding it end; its slots are not live from now
-    std::shared_ptr<_odla_executable> exe = Take(live_executables, executable, "executable");
+    std::shared_ptr<_odla_executable> exe = Find(live_executables, executable, "executable", true);
     for (const auto* slots : {&exe->args, &exe->outputs})
       for (const auto& slot : *slots) Untrack(slot.get(), HandleKind::kValue);
     return ODLA_SUCCESS;
@@ -422,7 +410,7 @@ odla_status odla_SetContextItem(odla_context context, odla_item_type type, odla_
 
 odla_status odla_DestroyContext(odla_context context) {
   return Guard(__func__, [&] {
-    std::shared_ptr<_odla_context> ctx = Take(live_contexts, context, "context");
+    std::shared_ptr<_odla_context> ctx = Find(live_contexts, context, "context", true);
     std::unique_lock<std::mutex> lock(ctx->pending_mutex);  // its asynchronous runs end first
     ctx->pending_done.wait(lock, [&] { return ctx->pending == 0; });
     return ODLA_SUCCESS;

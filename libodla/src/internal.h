@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -82,6 +83,8 @@ enum class HandleKind : uint8_t {
 void Track(const void* handle, HandleKind kind);
 // Ends `handle`'s life: false where it was not live (so only one of two destroys proceeds).
 bool Untrack(const void* handle, HandleKind kind);
+// Throws ODLA_INVALID_PARAM: `what` is destroyed, or not one this library made.
+[[noreturn]] void ThrowNotLive(const std::string& what);
 // Throws ODLA_INVALID_PARAM naming `what` unless `handle` is live and of `kind`.
 void CheckLive(const void* handle, HandleKind kind, const char* what);
 // A copy of a value (its id and type), taken while its owner cannot free it; throws as
@@ -91,6 +94,16 @@ template <typename T>
 T* Live(T* handle, HandleKind kind, const char* what) {
   CheckLive(Require(handle, what), kind, what);
   return handle;
+}
+
+// The number an enum argument holds, read without loading it as the enum: callers pass values
+// outside it (uninitialized ones), which a C++ enum need not hold (UBSan reports such a load).
+template <typename Enum>
+int EnumNumber(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "ODLA's enums are ints");
+  int number;
+  std::memcpy(&number, &value, sizeof number);
+  return number;
 }
 
 std::string IdText(const odla_value_id id, const char* what);

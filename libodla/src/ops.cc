@@ -28,7 +28,7 @@ Arg ResultType(odla_value_type type) {
 // ArgMax/ArgMin's index type. A caller may leave it uninitialized (HALO's own op tests do,
 // its backends ignore it): an element type outside ODLA's enum means int32.
 Arg IndexType(odla_value_type type) {
-  int element = static_cast<int>(type.element_type);
+  int element = EnumNumber(type.element_type);
   if (element < ODLA_INT8 || element > ODLA_STRING)
     type.element_type = ODLA_INT32;
   return ResultType(type);
@@ -37,26 +37,27 @@ Arg IndexType(odla_value_type type) {
 // A layout left uninitialized (HALO's op tests leave some, their backends ignore them): one
 // outside odla_memory_layout takes `fallback`, with a warning, so that a program's result never
 // depends on what its stack held.
-odla_memory_layout Layout(odla_memory_layout layout, odla_memory_layout fallback, const char* op,
-                          const char* what) {
-  int given = static_cast<int>(layout);
-  if (given >= ODLA_CHANNELS_FIRST && given <= ODLA_IOS) return layout;
+odla_memory_layout Layout(const odla_memory_layout& layout, odla_memory_layout fallback,
+                          const char* op, const char* what) {
+  int given = EnumNumber(layout);
+  if (given >= ODLA_CHANNELS_FIRST && given <= ODLA_IOS)
+    return static_cast<odla_memory_layout>(given);
   Log(ODLA_LOG_LEVEL_WARN, op, std::string(what) + " is " + std::to_string(given) +
                                    ", not an odla_memory_layout (0..5); taking " +
                                    std::to_string(static_cast<int>(fallback)));
   return fallback;
 }
 
-Arg InputLayout(odla_memory_layout layout, const char* op) {
+Arg InputLayout(const odla_memory_layout& layout, const char* op) {
   return I(Layout(layout, ODLA_CHANNELS_FIRST, op, "input_layout"));
 }
 
 // A kernel layout given as an input's (HALO's own op tests pass the input's): channels first
 // means the op's ONNX kernel layout, channels last its TensorFlow one; one out of range the
 // ONNX layout.
-Arg KernelLayout(odla_memory_layout layout, odla_memory_layout onnx, odla_memory_layout tf,
+Arg KernelLayout(const odla_memory_layout& given, odla_memory_layout onnx, odla_memory_layout tf,
                  const char* op) {
-  layout = Layout(layout, onnx, op, "kernel_layout");
+  odla_memory_layout layout = Layout(given, onnx, op, "kernel_layout");
   return I(layout == ODLA_CHANNELS_FIRST ? onnx : layout == ODLA_CHANNELS_LAST ? tf : layout);
 }
 

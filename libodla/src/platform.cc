@@ -101,9 +101,7 @@ T* Created(HandleKind kind) {
 
 template <typename T>
 void Destroy(T* handle, HandleKind kind, const char* what) {
-  if (!Untrack(Require(handle, what), kind))  // one of two destroys
-    throw Error(ODLA_INVALID_PARAM, std::string(what) + " is not a live " + what +
-                                        " (destroyed, or not one this library made)");
+  if (!Untrack(Require(handle, what), kind)) ThrowNotLive(what);  // one of two destroys
   delete handle;
 }
 
@@ -260,9 +258,7 @@ odla_status odla_DestroyDevice(odla_device device) {
   return Guard(__func__, [&] {
     Require(device, "device");
     std::lock_guard<std::mutex> lock(devices_mutex);
-    if (devices.erase(device) == 0)  // one of two destroys
-      throw Error(ODLA_INVALID_PARAM,
-                  "device is not one odla_AllocateDevice gave (or was destroyed)");
+    if (devices.erase(device) == 0) ThrowNotLive("device");  // one of two destroys
     return ODLA_SUCCESS;
   });
 }

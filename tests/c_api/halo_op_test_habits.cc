@@ -32,6 +32,10 @@ void Print(const char* name, const std::vector<T>& data) {
   std::printf("\n");
 }
 
+// A layout left uninitialized, outside odla_memory_layout's 0..5 yet one a C++ enum of it may
+// hold (0..7); C callers may pass any int.
+const odla_memory_layout kStrayLayout = static_cast<odla_memory_layout>(7);
+
 std::vector<float> Iota(size_t count, float step) {
   std::vector<float> values(count);
   for (size_t i = 0; i < count; ++i) values[i] = step * static_cast<float>(i) - 1.0f;
@@ -92,9 +96,9 @@ void ConvWithInputLayouts() {
   comp = NewComputation();
   x = odla_CreateArgument(Type(ODLA_FLOAT32, {1, 1, 3, 3}), ID("x"));
   w = odla_CreateArgument(Type(ODLA_FLOAT32, {1, 2, 3, 3}), ID("w"));
-  odla_SetValueAsOutput(odla_DeConv(x, Garbage<odla_memory_layout>(), 1, w,
-                                    Garbage<odla_memory_layout>(), one, one, zero, zero, nullptr,
-                                    Garbage<odla_value_shape>(), ID("deconv_garbage_layouts")));
+  odla_SetValueAsOutput(odla_DeConv(x, kStrayLayout, 1, w, kStrayLayout, one, one, zero, zero,
+                                    nullptr, Garbage<odla_value_shape>(),
+                                    ID("deconv_garbage_layouts")));
   RunAndPrint(comp, "deconv_garbage_layouts", std::vector<float>(2 * 25),
               {{"x", image.data()}, {"w", kernel.data()}});
 }

@@ -241,6 +241,42 @@ static void misspelt_output_id(void) {
   odla_DestroyExecutable(a);
 }
 
+/* HALO's DeConv test leaves its layouts uninitialized: whatever int they hold, the op takes
+ * its defaults (CHANNELS_FIRST input, IOS kernel). */
+static void deconv_stray_layouts(void) {
+  static const odla_uint32 one[2] = {1, 1}, zero[2] = {0, 0};
+  static float ones[18], out[2 * 25];
+  odla_computation comp = NULL;
+  odla_context ctx = NULL;
+  odla_value_type type;
+  odla_value_shape unset;
+  odla_value in, w, y_value;
+  odla_memory_layout stray = (odla_memory_layout)0xA5A5A5A5;
+  size_t i;
+  for (i = 0; i < 18; ++i) ones[i] = 1;
+  memset(&type, 0, sizeof type);
+  type.element_type = ODLA_FLOAT32;
+  type.shape.size = 4;
+  type.shape.dims[0] = type.shape.dims[1] = 1;
+  type.shape.dims[2] = type.shape.dims[3] = 3;
+  odla_CreateComputation(&comp);
+  in = odla_CreateArgument(type, ID("x"));
+  type.shape.dims[1] = 2;
+  w = odla_CreateArgument(type, ID("w"));
+  memset(&unset, 0, sizeof unset);
+  y_value = odla_DeConv(in, stray, 1, w, stray, one, one, zero, zero, NULL, unset, ID("y"));
+  printf("%d ", y_value != NULL);
+  odla_SetValueAsOutput(y_value);
+  odla_CreateContext(&ctx);
+  odla_BindToArgumentById(ID("x"), ones, ctx);
+  odla_BindToArgumentById(ID("w"), ones, ctx);
+  odla_BindToOutputById(ID("y"), out, ctx);
+  show(odla_ExecuteComputation(comp, ctx, ODLA_COMPUTE_INFERENCE, NULL));
+  printf("%g %g ", out[0], out[12]);
+  odla_DestroyContext(ctx);
+  odla_DestroyComputation(comp);
+}
+
 static void unknown_argument_id_beside(void) {
   odla_executable a = load(a_path);
   odla_context ctx = bound_context();
@@ -266,6 +302,7 @@ int main(int argc, char** argv) {
       {"thread_start_fails", thread_start_fails},
       {"misspelt_output_id", misspelt_output_id},
       {"unknown_argument_id_beside", unknown_argument_id_beside},
+      {"deconv_stray_layouts", deconv_stray_layouts},
   };
   size_t i;
   if (argc < 4) return 2;
