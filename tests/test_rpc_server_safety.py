@@ -31,11 +31,11 @@ def server(tmp_path):
     port = _free_port()
     work = tmp_path / "work"
     work.mkdir()
-    process = subprocess.Popen(
-        [str(directory / "odla_rpc_server"), "--tracker", fleet.address, "--key", "safe",
-         "--port", str(port), "--port-end", str(port + 1), "--work-dir", str(work)],
-        stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+    with open(tmp_path / "server.log", "w") as log:
+        process = subprocess.Popen(
+            [str(directory / "odla_rpc_server"), "--tracker", fleet.address, "--key", "safe",
+             "--port", str(port), "--port-end", str(port + 1), "--work-dir", str(work)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     fleet.processes.append(process)
     tracker = targets.Tracker("127.0.0.1", fleet.port, "safe")
     deadline = time.monotonic() + 60
@@ -77,7 +77,7 @@ def test_a_trickled_handshake_is_cut_and_the_server_still_serves(server):
             try:
                 slow.sendall(bytes([byte]))
                 cut = slow.recv(1) == b""
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 cut = True

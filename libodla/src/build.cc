@@ -75,6 +75,7 @@ Arg Dims(const odla_value_shape& shape) {
 Arg Hint(const odla_value_shape&) { return None(); }
 
 Arg Type(const odla_value_type& type) {
+  CheckElementType(type, "the value type");
   CheckShape(type.shape, "the value type's shape");
   Arg a;
   a.kind = ODLA_TVM_ARG_TYPE;
@@ -84,6 +85,7 @@ Arg Type(const odla_value_type& type) {
 
 Arg Data(const odla_value_type& type, const void* data) {
   Require(data, "data_ptr");
+  CheckElementType(type, "the value type");
   CheckShape(type.shape, "the value type's shape");
   ElementSize(type.element_type);  // a tensor element type, or an error
   for (int i = 0; i < type.shape.size; ++i)

@@ -80,7 +80,7 @@ std::string IdText(const odla_value_id id, const char* what) {
 }
 
 size_t ElementSize(odla_element_type type) {
-  switch (type) {
+  switch (EnumNumber(type)) {  // any int a caller passes
     case ODLA_INT8: case ODLA_UINT8: case ODLA_QINT8: case ODLA_QUINT8: case ODLA_BOOL:
       return 1;
     case ODLA_INT16: case ODLA_UINT16: case ODLA_QINT16: case ODLA_QUINT16:
@@ -92,9 +92,18 @@ size_t ElementSize(odla_element_type type) {
       return 8;
     default:
       throw Error(ODLA_UNSUPPORTED_DATATYPE,
-                  "element type " + std::to_string(static_cast<int>(type)) +
+                  "element type " + std::to_string(EnumNumber(type)) +
                       " is not a tensor element type (0..20, not STRING)");
   }
+}
+
+void CheckElementType(const odla_value_type& type, const char* what) {
+  int element = EnumNumber(type.element_type);
+  if (element < ODLA_INT8 || element > ODLA_STRING)
+    throw Error(ODLA_UNSUPPORTED_DATATYPE,
+                std::string(what) + " has the element type " + std::to_string(element) +
+                    "; odla_element_type is " + std::to_string(ODLA_INT8) + ".." +
+                    std::to_string(ODLA_STRING));
 }
 
 void CheckShape(const odla_value_shape& shape, const char* what) {

@@ -218,7 +218,8 @@ odla_status odla_SetComputationItem(odla_computation computation, odla_item_type
     Live(computation, HandleKind::kComputation, "computation");
     Require(value, "value");
     Arg item;
-    switch (type) {
+    const int item_type = EnumNumber(type);  // any int a caller passes, not a C++ enum load
+    switch (item_type) {
       case ODLA_DYNAMIC_BATCH: case ODLA_USE_SIM_MODE: case ODLA_ENABLE_ENGINE_CACHE:
         // flags: generated code points at a C++ bool or an odla_bool; the first byte says
         item = I(*reinterpret_cast<const unsigned char*>(value) != 0);
@@ -234,10 +235,10 @@ odla_status odla_SetComputationItem(odla_computation computation, odla_item_type
         break;
       default:
         throw Error(ODLA_UNSUPPORTED_DATATYPE,
-                    "computation item " + std::to_string(type) + " is not taken from C; "
+                    "computation item " + std::to_string(item_type) + " is not taken from C; "
                     "dynamic shapes go through odla_SetValueShapeInfo");
     }
-    Do(computation, "set_computation_item", {Self(computation), I(type), item});
+    Do(computation, "set_computation_item", {Self(computation), I(item_type), item});
     return ODLA_SUCCESS;
   });
 }
@@ -403,7 +404,7 @@ odla_status odla_SetContextItem(odla_context context, odla_item_type type, odla_
   return Guard(__func__, [&] {
     std::shared_ptr<_odla_context> ctx = LiveContext(context);
     std::lock_guard<std::mutex> lock(ctx->run_mutex);
-    SetContextItem(*ctx, type, value);
+    SetContextItem(*ctx, EnumNumber(type), value);
     return ODLA_SUCCESS;
   });
 }
@@ -485,7 +486,7 @@ odla_status odla_SetRuntimeValueType(odla_context context, odla_value value,
                                      odla_value_type value_type) {
   return Guard(__func__, [&] {
     _odla_value v = LiveCopy(value, "value");
-    if (value_type.element_type != v.type.element_type)
+    if (EnumNumber(value_type.element_type) != EnumNumber(v.type.element_type))
       throw Error(ODLA_UNSUPPORTED_DATATYPE,
                   "value " + v.id + " keeps its element type at run time");
     return odla_SetRuntimeShape(context, value, value_type.shape);

@@ -108,6 +108,9 @@ int EnumNumber(const Enum& value) {
 
 std::string IdText(const odla_value_id id, const char* what);
 size_t ElementSize(odla_element_type type);
+// Refuses (ODLA_UNSUPPORTED_DATATYPE) an element type outside odla_element_type, before any C++
+// code loads it as the enum.
+void CheckElementType(const odla_value_type& type, const char* what);
 int64_t ElementCount(const odla_value_shape& shape);
 std::string ShapeText(const odla_value_shape& shape);
 void CheckShape(const odla_value_shape& shape, const char* what);

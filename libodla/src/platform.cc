@@ -188,7 +188,7 @@ odla_status odla_GetDeviceInfo(odla_device device, odla_device_info info_type,
     CheckCpuDevice(device);
     long pages = sysconf(_SC_PHYS_PAGES), available = sysconf(_SC_AVPHYS_PAGES),
          page = sysconf(_SC_PAGESIZE);
-    switch (info_type) {
+    switch (EnumNumber(info_type)) {  // any int a caller passes
       case ODLA_DEVICE_INFO_ODLA_LIB_VERSION:
         info_value->data_type = ODLA_STRING;
         info_value->val_str = odla_GetVersionString();
@@ -234,7 +234,8 @@ odla_status odla_GetDeviceInfo(odla_device device, odla_device_info info_type,
         info_value->val_str = "TVM " ODLA_TVM_TVM_VERSION;
         return ODLA_SUCCESS;
       default:  // the power items: a CPU has no power reading here
-        throw Error(ODLA_UNSUPPORTED_DATATYPE, "device info " + std::to_string(info_type) +
+        throw Error(ODLA_UNSUPPORTED_DATATYPE, "device info " +
+                                                   std::to_string(EnumNumber(info_type)) +
                                                    " is not known of the CPU here");
     }
   });

@@ -334,7 +334,7 @@ bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data) {
   return true;
 }
 
-void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value) {
+void SetContextItem(_odla_context& ctx, int type, odla_item_value value) {
   switch (type) {
     case ODLA_ASYNC_CALLBACK_FUNC:
       ctx.callback = reinterpret_cast<int (*)(void*, odla_status)>(value);

@@ -63,8 +63,8 @@ void Launch(const std::shared_ptr<_odla_executable>& exe, _odla_context& ctx);
 // The executable `computation` compiles to, compiled (by the build library) at the first call.
 std::shared_ptr<_odla_executable> Compiled(_odla_computation& computation);
 
-// odla_SetContextItem's meaning here.
-void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value);
+// odla_SetContextItem's meaning here; `type` an odla_item_type's number (any int a caller gave).
+void SetContextItem(_odla_context& ctx, int type, odla_item_value value);
 
 }  // namespace odla_tvm
 
