@@ -21,11 +21,16 @@ SANITIZE = os.environ.get("ODLA_TVM_SANITIZE", "")
 # Built into each sanitized program, however a test runs it: leaks are not looked for (the
 # embedded interpreter and TVM's runtime keep what they allocate until exit), and a report
 # ends the run with exit code 86.
-SANITIZER_DEFAULTS = """
+SANITIZER_DEFAULTS = """#ifdef __cplusplus
+extern "C" {
+#endif
 const char* __asan_default_options(void) { return "detect_leaks=0:exitcode=86"; }
 const char* __ubsan_default_options(void) {
   return "print_stacktrace=1:halt_on_error=1:exitcode=86";
 }
+#ifdef __cplusplus
+}
+#endif
 """
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 
@@ -49,7 +54,9 @@ def compile_program(output: Path, sources, compiler: str = "g++", flags=(),
     compile_flags, link_flags = _library_flags()
     command = [compiler, *flags, *compile_flags, *libodla.cflags(), "-o", str(output)]
     if SANITIZE:
-        defaults = output.with_name(f"{output.name}-sanitizer-defaults.c")
+        # in the first source's language, which the flags are for
+        suffix = Path(str(sources[0])).suffix
+        defaults = output.with_name(f"{output.name}-sanitizer-defaults{suffix}")
         defaults.write_text(SANITIZER_DEFAULTS)
         sources = [*sources, defaults]
     for source in sources:
