@@ -31,8 +31,8 @@ def _python_flags() -> tuple[list[str], list[str]]:
     return compile_flags, [f"-L{libdir}", f"-lpython{version}", f"-Wl,-rpath,{libdir}"]
 
 
-def _commands(directory: Path) -> list[tuple[list[str], list[str], str]]:
-    """(sources, extra flags, output) of each library."""
+def _commands(directory: Path, sanitize: str = "") -> list[tuple[list[str], list[str], str]]:
+    """(sources, extra flags, output) of each library; ``sanitize``: gcc's -fsanitize= list."""
     runtime_dirs = runtime_library_dirs()
     includes = [f"-I{INCLUDE_DIR}", f"-I{SOURCE_DIR}",
                 *[flag for d in _ffi_include_dirs() for flag in ("-isystem", d)]]
@@ -44,11 +44,14 @@ def _commands(directory: Path) -> list[tuple[list[str], list[str], str]]:
     # what stored executables must have been built by, and what odla_GetVersionString says
     versions = [f'-DODLA_TVM_TVM_VERSION="{_version("apache-tvm")}"',
                 f'-DODLA_TVM_VERSION="{_version("odla-tvm")}"']
+    # -O1: the instrumented build compiles much faster than at -O2
+    sanitizers = ([f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g", "-O1"]
+                  if sanitize else [])
     return [
-        ([str(SOURCE_DIR / s) for s in RUNTIME_SOURCES], includes + versions + runtime_link,
-         LIBRARY),
+        ([str(SOURCE_DIR / s) for s in RUNTIME_SOURCES],
+         includes + versions + runtime_link + sanitizers, LIBRARY),
         ([str(SOURCE_DIR / s) for s in COMPILER_SOURCES],
-         [f"-I{INCLUDE_DIR}", f"-I{SOURCE_DIR}", *python_compile, *python_link],
+         [f"-I{INCLUDE_DIR}", f"-I{SOURCE_DIR}", *python_compile, *python_link, *sanitizers],
          COMPILER_LIBRARY),
     ]
 
@@ -73,25 +76,35 @@ def _compile_flags(flags: list[str]) -> list[str]:
     return [f for f in flags if not f.startswith(("-L", "-l", "-Wl,", "-pthread"))]
 
 
+def _link_flags(flags: list[str]) -> list[str]:
+    return [f for f in flags if f.startswith(("-L", "-l", "-Wl,", "-pthread", "-fsanitize="))]
+
+
 # digest -> the error its build failed with in this process, not tried again (each try takes
 # minutes on a small machine)
 _failed_builds: dict[str, RuntimeError] = {}
 
 
-def build_library(force: bool = False) -> Path:
+def build_library(force: bool = False, sanitize: str = "") -> Path:
     """Builds the library into library_dir() unless built from these sources already;
-    returns libodla_tvm.so's path."""
-    directory = library_dir()
+    returns libodla_tvm.so's path. ``sanitize`` ("address,undefined"): a build instrumented
+    with gcc's sanitizers, in sanitize_dir(sanitize), for the C tests to run under."""
+    directory = sanitize_dir(sanitize) if sanitize else library_dir()
     directory.mkdir(parents=True, exist_ok=True)
     # One build at a time per folder (parallel test workers, two programs): the one that
     # waited finds the stamp written and builds nothing.
     with open(directory / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_unless_current(directory, force)
+        return _build_unless_current(directory, force, sanitize)
 
 
-def _build_unless_current(directory: Path, force: bool) -> Path:
-    commands = _commands(directory)
+def sanitize_dir(sanitize: str) -> Path:
+    """Where the build instrumented with ``sanitize`` lies: beside the plain one."""
+    return library_dir() / f"sanitize-{sanitize.replace(',', '-')}"
+
+
+def _build_unless_current(directory: Path, force: bool, sanitize: str) -> Path:
+    commands = _commands(directory, sanitize)
     stamp = directory / "build.sha256"
     digest = _digest(commands)
     if not force and stamp.is_file() and stamp.read_text() == digest and all(
@@ -120,8 +133,7 @@ def _build(directory: Path, commands) -> None:
         for sources, flags, name in commands:
             objects = [str(Path(tmp) / f"{Path(s).stem}.o") for s in sources]
             partial = Path(tmp) / name
-            link = ["g++", "-shared", "-o", str(partial), *objects,
-                    *[f for f in flags if f.startswith(("-L", "-l", "-Wl,", "-pthread"))]]
+            link = ["g++", "-shared", "-o", str(partial), *objects, *_link_flags(flags)]
             done = subprocess.run(link, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"linking {name} failed:\n{done.stderr[-4000:]}")

@@ -302,10 +302,12 @@ def rpc_server(args) -> None:
     except targets.ToolchainMissing as err:
         raise OdlaError(Status.DL_ERROR, str(err)) from None
     tracker, key = args.tracker or "TRACKER_HOST:9190", args.key or "KEY"
-    start = f"./odla_rpc_server --tracker {tracker} --key {key}"
+    start = f"./odla_rpc_server --tracker {tracker} --key {key} --host BOARD_ADDRESS"
     print(f"odla_rpc_server for {spec.name} ({spec.arch}), with its TVM runtime: {directory}")
     print(f"on the board: copy that directory there (scp -r {directory} BOARD:odla-rpc-server)"
           f" and in it run\n  {start}")
+    print("(it listens on 127.0.0.1 without --host; whoever reaches its port runs code on the "
+          "board: give --host the address of a network you trust)")
     if spec.arch != platform.machine():
         print(f"(to try it here: qemu-{spec.arch}-static -L /usr/{spec.arch}-linux-gnu "
               f"{directory}/odla_rpc_server --tracker {tracker} --key {key})")

@@ -35,8 +35,9 @@ EXPECTED = {
     "launch_unbound_argument": INVALID_PARAM,
     "bind_null_id": INVALID_PARAM,
     "bind_null_data": INVALID_PARAM,
-    "bind_unknown_id": OK,  # binding is cheap and unchecked; the launch names what is missing
+    "bind_unknown_id": OK,  # binding is cheap; the launch names the id the executable lacks
     "launch_with_unknown_id_only": INVALID_PARAM,
+    "launch_with_an_unknown_id_beside": INVALID_PARAM,
     "arg_index_out_of_range": INVALID_PARAM,
     "num_args_null": INVALID_PARAM,
     "runtime_shape_rank_11": INVALID_PARAM,

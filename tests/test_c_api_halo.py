@@ -1,7 +1,7 @@
 """What HALO's own ODLA op tests and generated code do beyond tests/c_api/generated_cnn.cc,
 through the C library against NumPy: tests/c_api/halo_op_test_habits.cc (uninitialized ArgMin
-output type and DeConv output_dims, kernels given the input's layout, odla_Gemm on stacks of
-matrices, Resize's axes_mask -1, constants from data that is gone before the run, the device
+output type, DeConv layouts and output_dims, kernels given the input's layout, odla_Gemm on
+stacks of matrices, Resize's axes_mask -1, constants from data that is gone before the run, the device
 info items a CPU has)."""
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def test_habits_of_halos_op_tests_match_numpy(tmp_path):
                           padding=1),
         "deconv": transposed_conv(iota(25, 0.25)[:9].reshape(1, 3, 3),
                                   iota(18, 0.125).reshape(1, 2, 3, 3)),
+        # layouts out of odla_memory_layout: CHANNELS_FIRST input, IOS kernel
+        "deconv_garbage_layouts": transposed_conv(iota(25, 0.25)[:9].reshape(1, 3, 3),
+                                                  iota(18, 0.125).reshape(1, 2, 3, 3)),
         "gemm": a @ np.swapaxes(b, -1, -2),
         "resize": iota(12, 0.5).reshape(1, 2, 2, 3).repeat(2, axis=2).repeat(2, axis=3),
         "affine": [6 + 2 * 5.0],

@@ -12,6 +12,7 @@ namespace odla_tvm {
 Arg None() { return Arg(); }
 
 Arg V(odla_value value) {
+  if (value != nullptr) CheckLive(value, HandleKind::kValue, "value");
   Arg a;
   a.kind = ODLA_TVM_ARG_OBJECT;
   a.object = value ? value->object : nullptr;
@@ -74,6 +75,7 @@ Arg Dims(const odla_value_shape& shape) {
 Arg Hint(const odla_value_shape&) { return None(); }
 
 Arg Type(const odla_value_type& type) {
+  CheckElementType(type, "the value type");
   CheckShape(type.shape, "the value type's shape");
   Arg a;
   a.kind = ODLA_TVM_ARG_TYPE;
@@ -83,6 +85,7 @@ Arg Type(const odla_value_type& type) {
 
 Arg Data(const odla_value_type& type, const void* data) {
   Require(data, "data_ptr");
+  CheckElementType(type, "the value type");
   CheckShape(type.shape, "the value type's shape");
   ElementSize(type.element_type);  // a tensor element type, or an error
   for (int i = 0; i < type.shape.size; ++i)
@@ -96,7 +99,9 @@ Arg Data(const odla_value_type& type, const void* data) {
   return a;
 }
 
-int Rank(odla_value value, const char* what) { return Require(value, what)->type.shape.size; }
+int Rank(odla_value value, const char* what) {
+  return Live(value, HandleKind::kValue, what)->type.shape.size;
+}
 
 size_t Count(size_t count, const char* what) {
   if (count > ODLA_MAX_DIMENSION)
@@ -131,6 +136,7 @@ std::vector<odla_tvm_object> Objects(_odla_computation* computation, const char*
   }
   odla_tvm_object results[ODLA_MAX_OUTPUTS];
   odla_size_t count = 0;
+  if (computation != nullptr) CheckLive(computation, HandleKind::kComputation, "computation");
   CheckCompiler(Compiler().call(function, computation ? computation->object : nullptr,
                                 prepared.data(), prepared.size(), results, &count));
   return std::vector<odla_tvm_object>(results, results + count);
@@ -153,6 +159,7 @@ odla_value Handle(_odla_computation& computation, odla_tvm_object object) {
   }
   value->object = object;
   value->computation = &computation;
+  Track(value.get(), HandleKind::kValue);
   computation.by_id[value->id] = value.get();
   computation.values.push_back(std::move(value));
   computation.changed_since_compile = true;
@@ -184,13 +191,14 @@ void Do(_odla_computation* computation, const char* function, std::initializer_l
 Arg Self(_odla_computation* computation) {
   Arg self;
   self.kind = ODLA_TVM_ARG_OBJECT;
-  self.object = Require(computation, "computation")->object;
+  self.object = Live(computation, HandleKind::kComputation, "computation")->object;
   return self;
 }
 
 int64_t Integer(_odla_computation* computation, const char* function) {
   odla_int64 result = 0;
-  CheckCompiler(Compiler().integer(function, Require(computation, "computation")->object, &result));
+  CheckCompiler(Compiler().integer(
+      function, Live(computation, HandleKind::kComputation, "computation")->object, &result));
   return result;
 }
 
@@ -212,6 +220,7 @@ odla_values Ops(const char* function, std::initializer_list<Arg> args) {
 
 
 std::shared_ptr<_odla_executable> Compiled(_odla_computation& computation) {
+  CheckLive(&computation, HandleKind::kComputation, "computation");
   std::lock_guard<std::mutex> lock(computation.compile_mutex);
   if (computation.compiled && !computation.changed_since_compile) return computation.compiled;
   const odla_tvm_compiler_api& compiler = Compiler();
@@ -233,7 +242,8 @@ namespace {
 
 _odla_value* FindId(odla_value_id value_id) {
   std::string id = IdText(value_id, "value_id");
-  _odla_computation& comp = *Require(CurrentComputation(), "the current computation");
+  _odla_computation& comp =
+      *Live(CurrentComputation(), HandleKind::kComputation, "the current computation");
   auto found = comp.by_id.find(id);
   if (found == comp.by_id.end())
     throw Error(ODLA_INVALID_PARAM, "the current computation has no value " + id);
@@ -241,7 +251,7 @@ _odla_value* FindId(odla_value_id value_id) {
 }
 
 _odla_value* Built(odla_value value) {
-  Require(value, "value");
+  Live(value, HandleKind::kValue, "value");
   if (value->object == nullptr)
     throw Error(ODLA_INVALID_PARAM, "value " + value->id + " is a slot of an executable");
   return value;
@@ -271,6 +281,7 @@ odla_status odla_CreateComputation(odla_computation* computation) {
     CheckCompiler(compiler.call("create_computation", nullptr, nullptr, 0, objects, &count));
     if (count != 1) throw Error(ODLA_INTERNAL_LOGIC_ERR, "create_computation gave no computation");
     comp->object = objects[0];
+    Track(comp.get(), HandleKind::kComputation);
     CurrentComputation() = comp.get();
     *computation = comp.release();
     return ODLA_SUCCESS;
@@ -281,18 +292,25 @@ odla_status odla_CreateComputation(odla_computation* computation) {
 // the calling thread's current one.
 odla_status odla_SetActiveComputation(odla_computation computation) {
   return Guard(__func__, [&] {
-    CurrentComputation() = Require(computation, "computation");
+    CurrentComputation() = Live(computation, HandleKind::kComputation, "computation");
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_DestroyComputation(odla_computation computation) {
   return Guard(__func__, [&] {
-    std::unique_ptr<_odla_computation> comp(Require(computation, "computation"));
+    // only one of two destroys passes; the other (or a later one) gets a status
+    if (!Untrack(Require(computation, "computation"), HandleKind::kComputation))
+      ThrowNotLive("computation");
+    std::unique_ptr<_odla_computation> comp(computation);
     if (CurrentComputation() == comp.get()) CurrentComputation() = nullptr;
+    for (auto& value : comp->values) Untrack(value.get(), HandleKind::kValue);
     const odla_tvm_compiler_api& compiler = Compiler();
     odla_status status = Guard("odla_DestroyComputation", [&] {
-      Do(nullptr, "destroy_computation", {Self(comp.get())});
+      Arg self;  // the computation no longer live: not through Self
+      self.kind = ODLA_TVM_ARG_OBJECT;
+      self.object = comp->object;
+      Do(nullptr, "destroy_computation", {self});
       return ODLA_SUCCESS;
     });
     for (auto& value : comp->values) compiler.release(value->object);
@@ -350,7 +368,7 @@ odla_status odla_SetValueAsOutputById(const odla_value_id value_id) {
 
 odla_status odla_GetValueType(const odla_value value, odla_value_type* value_type) {
   return Guard(__func__, [&] {
-    *Require(value_type, "value_type") = Require(value, "value")->type;
+    *Require(value_type, "value_type") = LiveCopy(value, "value").type;
     return ODLA_SUCCESS;
   });
 }
@@ -365,7 +383,8 @@ odla_status odla_GetValueTypeById(const odla_value_id value_id, odla_value_type*
 odla_status odla_GetValueId(const odla_value value, odla_value_id* value_id) {
   return Guard(__func__, [&] {
     *Require(value_id, "value_id") =
-        reinterpret_cast<odla_value_id>(const_cast<char*>(Require(value, "value")->id.c_str()));
+        reinterpret_cast<odla_value_id>(const_cast<char*>(Live(value, HandleKind::kValue,
+                                                               "value")->id.c_str()));
     return ODLA_SUCCESS;
   });
 }
@@ -401,8 +420,8 @@ odla_status odla_GetValueDataById(const odla_value_id value_id, odla_void* data_
 odla_status odla_GetValueData(const odla_value value, odla_void* data_ptr, odla_context context) {
   return Guard(__func__, [&] {
     Require(data_ptr, "data_ptr");
-    _odla_value* v = Require(value, "value");
-    if (context != nullptr && ReadResult(*context, *v, data_ptr)) return ODLA_SUCCESS;
+    _odla_value* v = Live(value, HandleKind::kValue, "value");
+    if (context != nullptr && ReadResult(*LiveContext(context), *v, data_ptr)) return ODLA_SUCCESS;
     CheckCompiler(Compiler().read_data(Built(v)->object, data_ptr, DataSize(*v)));
     return ODLA_SUCCESS;
   });
@@ -421,9 +440,12 @@ odla_status odla_ReleaseValueById(odla_value_id value_id) {
 }
 
 void odla_Dump(odla_value value) {
-  if (value == nullptr) return;
-  std::fprintf(stderr, "odla_value %s: element type %d, shape %s\n", value->id.c_str(),
-               static_cast<int>(value->type.element_type), ShapeText(value->type.shape).c_str());
+  Guard(__func__, [&] {
+    _odla_value v = LiveCopy(value, "value");
+    std::fprintf(stderr, "odla_value %s: element type %d, shape %s\n", v.id.c_str(),
+                 static_cast<int>(v.type.element_type), ShapeText(v.type.shape).c_str());
+    return ODLA_SUCCESS;
+  });
 }
 
 }  // extern "C"

@@ -24,13 +24,63 @@ void Log(odla_log_level level, const char* function, const std::string& message)
   }
 }
 
+namespace {
+std::mutex handles_mutex;
+std::unordered_map<const void*, HandleKind> handles;
+
+const char* const kKindNames[] = {"computation", "value", "executable", "context", "device",
+                                  "device config", "device trace"};
+
+// Called holding handles_mutex.
+[[noreturn]] void ThrowWrongKind(const void* handle, HandleKind kind, const char* what) {
+  auto found = handles.find(handle);
+  if (found == handles.end()) ThrowNotLive(what);
+  throw Error(ODLA_INVALID_PARAM, std::string(what) + " is not a " +
+                                      kKindNames[static_cast<int>(kind)] + " but a " +
+                                      kKindNames[static_cast<int>(found->second)]);
+}
+}  // namespace
+
+void ThrowNotLive(const std::string& what) {
+  throw Error(ODLA_INVALID_PARAM,
+              what + " is not live (destroyed, or not one this library made)");
+}
+
+void Track(const void* handle, HandleKind kind) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  handles[handle] = kind;
+}
+
+bool Untrack(const void* handle, HandleKind kind) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  auto found = handles.find(handle);
+  if (found == handles.end() || found->second != kind) return false;
+  handles.erase(found);
+  return true;
+}
+
+void CheckLive(const void* handle, HandleKind kind, const char* what) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  auto found = handles.find(handle);
+  if (found == handles.end() || found->second != kind) ThrowWrongKind(handle, kind, what);
+}
+
+_odla_value LiveCopy(const _odla_value* value, const char* what) {
+  Require(value, what);
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  auto found = handles.find(value);
+  if (found == handles.end() || found->second != HandleKind::kValue)
+    ThrowWrongKind(value, HandleKind::kValue, what);
+  return *value;
+}
+
 std::string IdText(const odla_value_id id, const char* what) {
   if (id == nullptr) throw Error(ODLA_INVALID_PARAM, std::string(what) + " is NULL");
   return std::string(reinterpret_cast<const char*>(id));
 }
 
 size_t ElementSize(odla_element_type type) {
-  switch (type) {
+  switch (EnumNumber(type)) {  // any int a caller passes
     case ODLA_INT8: case ODLA_UINT8: case ODLA_QINT8: case ODLA_QUINT8: case ODLA_BOOL:
       return 1;
     case ODLA_INT16: case ODLA_UINT16: case ODLA_QINT16: case ODLA_QUINT16:
@@ -42,9 +92,18 @@ size_t ElementSize(odla_element_type type) {
       return 8;
     default:
       throw Error(ODLA_UNSUPPORTED_DATATYPE,
-                  "element type " + std::to_string(static_cast<int>(type)) +
+                  "element type " + std::to_string(EnumNumber(type)) +
                       " is not a tensor element type (0..20, not STRING)");
   }
+}
+
+void CheckElementType(const odla_value_type& type, const char* what) {
+  int element = EnumNumber(type.element_type);
+  if (element < ODLA_INT8 || element > ODLA_STRING)
+    throw Error(ODLA_UNSUPPORTED_DATATYPE,
+                std::string(what) + " has the element type " + std::to_string(element) +
+                    "; odla_element_type is " + std::to_string(ODLA_INT8) + ".." +
+                    std::to_string(ODLA_STRING));
 }
 
 void CheckShape(const odla_value_shape& shape, const char* what) {

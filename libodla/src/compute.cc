@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <system_error>
 #include <thread>
-#include <unordered_set>
 
 #include "build.h"
 #include "mapped_file.h"
@@ -15,31 +15,34 @@ using namespace odla_tvm;
 
 namespace {
 
+// The live executables and contexts, each held here and by whoever uses it: destroying one
+// takes it out (one of two destroys does), and the last user frees it.
 std::mutex live_mutex;
 std::unordered_map<_odla_executable*, std::shared_ptr<_odla_executable>> live_executables;
-std::unordered_set<_odla_context*> live_contexts;
+std::unordered_map<_odla_context*, std::shared_ptr<_odla_context>> live_contexts;
 
+// An executable's handle; its slots live as long as it does.
 odla_executable Register(std::shared_ptr<_odla_executable> exe) {
   std::lock_guard<std::mutex> lock(live_mutex);
   live_executables[exe.get()] = exe;
+  for (const auto* slots : {&exe->args, &exe->outputs})
+    for (const auto& slot : *slots) Track(slot.get(), HandleKind::kValue);
   return exe.get();
 }
 
-std::shared_ptr<_odla_executable> Executable(odla_executable executable) {
-  Require(executable, "executable");
+// What `live` holds for `handle`, taken out of it where `take` (one of two concurrent
+// destroys does; the other gets a status).
+template <typename Map>
+typename Map::mapped_type Find(Map& live, typename Map::key_type handle, const char* what,
+                               bool take = false) {
+  Require(handle, what);
   std::lock_guard<std::mutex> lock(live_mutex);
-  auto found = live_executables.find(executable);
-  if (found == live_executables.end())
-    throw Error(ODLA_INVALID_PARAM, "executable is not one this library made (or was destroyed)");
-  return found->second;
-}
-
-_odla_context& Context(odla_context context) {
-  Require(context, "context");
-  std::lock_guard<std::mutex> lock(live_mutex);
-  if (live_contexts.count(context) == 0)
-    throw Error(ODLA_INVALID_PARAM, "context is not one this library made (or was destroyed)");
-  return *context;
+  auto found = live.find(handle);
+  if (found == live.end()) ThrowNotLive(what);
+  if (!take) return found->second;
+  typename Map::mapped_type held = std::move(found->second);
+  live.erase(found);
+  return held;
 }
 
 void CheckMode(odla_compute_mode mode) {
@@ -51,20 +54,39 @@ void CheckMode(odla_compute_mode mode) {
                 "mode " + std::to_string(mode) + " is not an ODLA compute mode");
 }
 
-// Runs `launch` on another thread; its status goes to the context's callback.
-template <typename Launch>
-void RunAsync(_odla_context& ctx, Launch launch) {
+void EndPending(_odla_context& ctx) {
+  std::lock_guard<std::mutex> lock(ctx.pending_mutex);
+  --ctx.pending;
+  ctx.pending_done.notify_all();
+}
+
+// Runs `exe` on `ctx` on another thread, which holds both; its status goes to the context's
+// callback. A thread that cannot start is a status here, and no run left pending.
+void RunAsync(std::shared_ptr<_odla_context> ctx, std::shared_ptr<_odla_executable> exe) {
   {
-    std::lock_guard<std::mutex> lock(ctx.pending_mutex);
-    ++ctx.pending;
+    std::lock_guard<std::mutex> lock(ctx->pending_mutex);
+    ++ctx->pending;
   }
-  std::thread([&ctx, launch] {
-    odla_status status = Guard("odla_AsyncLaunchExecutable", launch);
-    if (ctx.callback != nullptr) ctx.callback(ctx.callback_arg, status);
-    std::lock_guard<std::mutex> lock(ctx.pending_mutex);
-    --ctx.pending;
-    ctx.pending_done.notify_all();
-  }).detach();
+  try {
+    std::thread([ctx, exe] {
+      odla_status status = Guard("odla_AsyncLaunchExecutable", [&] {
+        Launch(exe, *ctx);
+        return ODLA_SUCCESS;
+      });
+      int (*callback)(void*, odla_status);
+      void* callback_arg;
+      {
+        std::lock_guard<std::mutex> lock(ctx->run_mutex);
+        callback = ctx->callback;
+        callback_arg = ctx->callback_arg;
+      }
+      if (callback != nullptr) callback(callback_arg, status);
+      EndPending(*ctx);
+    }).detach();
+  } catch (const std::system_error& e) {
+    EndPending(*ctx);
+    throw Error(ODLA_FAILURE, std::string("cannot start a thread for the run: ") + e.what());
+  }
 }
 
 _odla_value* ArgumentOf(const std::vector<std::unique_ptr<_odla_value>>& slots, uint32_t idx,
@@ -73,6 +95,21 @@ _odla_value* ArgumentOf(const std::vector<std::unique_ptr<_odla_value>>& slots, 
     throw Error(ODLA_INVALID_PARAM, std::string(what) + " index " + std::to_string(idx) +
                                         " is out of range (" + std::to_string(slots.size()) + ")");
   return slots[idx].get();
+}
+
+// Binds `data` to `id` in one of the context's maps, never while a run reads them; an id
+// new to the context is checked against the executable at the next launch.
+template <typename Data>
+void Bind(odla_context context, std::unordered_map<std::string, Data> _odla_context::*map,
+          std::string id, Data data) {
+  Require(data, "data_ptr");
+  std::shared_ptr<_odla_context> ctx = LiveContext(context);
+  std::lock_guard<std::mutex> lock(ctx->run_mutex);
+  auto [at, added] = ((*ctx).*map).try_emplace(std::move(id), data);
+  if (added)
+    ctx->ids_checked = false;
+  else
+    at->second = data;
 }
 
 std::string ReadFile(const std::string& path) {
@@ -86,12 +123,24 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
+namespace odla_tvm {
+
+std::shared_ptr<_odla_executable> LiveExecutable(odla_executable executable) {
+  return Find(live_executables, executable, "executable");
+}
+
+std::shared_ptr<_odla_context> LiveContext(odla_context context) {
+  return Find(live_contexts, context, "context");
+}
+
+}  // namespace odla_tvm
+
 extern "C" {
 
 odla_status odla_CompileComputation(const odla_computation computation, const odla_device device,
                                     odla_executable* executable) {
   return Guard(__func__, [&] {
-    Require(computation, "computation");
+    Live(computation, HandleKind::kComputation, "computation");
     Require(executable, "executable");
     CheckCpuDevice(device);
     *executable = Register(Compiled(*computation));
@@ -102,11 +151,11 @@ odla_status odla_CompileComputation(const odla_computation computation, const od
 odla_status odla_ExecuteComputation(const odla_computation computation, const odla_context context,
                                     const odla_compute_mode mode, odla_device device) {
   return Guard(__func__, [&] {
-    Require(computation, "computation");
-    _odla_context& ctx = Context(context);
+    Live(computation, HandleKind::kComputation, "computation");
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
     CheckMode(mode);
     CheckCpuDevice(device);
-    Launch(*Compiled(*computation), ctx);
+    Launch(Compiled(*computation), *ctx);
     return ODLA_SUCCESS;
   });
 }
@@ -115,15 +164,11 @@ odla_status odla_AsyncExecuteComputation(const odla_computation computation,
                                          const odla_context context, const odla_compute_mode mode,
                                          odla_device device) {
   return Guard(__func__, [&] {
-    Require(computation, "computation");
-    _odla_context& ctx = Context(context);
+    Live(computation, HandleKind::kComputation, "computation");
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
     CheckMode(mode);
     CheckCpuDevice(device);
-    std::shared_ptr<_odla_executable> exe = Compiled(*computation);  // compiles before returning
-    RunAsync(ctx, [exe, &ctx] {
-      Launch(*exe, ctx);
-      return ODLA_SUCCESS;
-    });
+    RunAsync(ctx, Compiled(*computation));  // compiles before returning
     return ODLA_SUCCESS;
   });
 }
@@ -170,10 +215,11 @@ odla_status odla_GetOutputFromComputationByIdx(const odla_computation computatio
 odla_status odla_SetComputationItem(odla_computation computation, odla_item_type type,
                                     odla_item_value value) {
   return Guard(__func__, [&] {
-    Require(computation, "computation");
+    Live(computation, HandleKind::kComputation, "computation");
     Require(value, "value");
     Arg item;
-    switch (type) {
+    const int item_type = EnumNumber(type);  // any int a caller passes, not a C++ enum load
+    switch (item_type) {
       case ODLA_DYNAMIC_BATCH: case ODLA_USE_SIM_MODE: case ODLA_ENABLE_ENGINE_CACHE:
         // flags: generated code points at a C++ bool or an odla_bool; the first byte says
         item = I(*reinterpret_cast<const unsigned char*>(value) != 0);
@@ -189,10 +235,10 @@ odla_status odla_SetComputationItem(odla_computation computation, odla_item_type
         break;
       default:
         throw Error(ODLA_UNSUPPORTED_DATATYPE,
-                    "computation item " + std::to_string(type) + " is not taken from C; "
+                    "computation item " + std::to_string(item_type) + " is not taken from C; "
                     "dynamic shapes go through odla_SetValueShapeInfo");
     }
-    Do(computation, "set_computation_item", {Self(computation), I(type), item});
+    Do(computation, "set_computation_item", {Self(computation), I(item_type), item});
     return ODLA_SUCCESS;
   });
 }
@@ -200,8 +246,8 @@ odla_status odla_SetComputationItem(odla_computation computation, odla_item_type
 odla_status odla_SetValueShapeInfo(odla_value value, odla_item_type type,
                                    odla_value_shape value_shape) {
   return Guard(__func__, [&] {
-    Require(value, "value");
-    Do(value->computation, "set_value_shape_info", {V(value), I(type), Dims(value_shape)});
+    Arg v = V(Require(value, "value"));  // live, and of a computation
+    Do(value->computation, "set_value_shape_info", {v, I(type), Dims(value_shape)});
     return ODLA_SUCCESS;
   });
 }
@@ -252,7 +298,7 @@ odla_status odla_tvm_LoadCheckedBundle(const char* root, odla_executable* execut
 
 odla_status odla_StoreExecutable(odla_resource_location location, odla_executable executable) {
   return Guard(__func__, [&] {
-    std::shared_ptr<_odla_executable> exe = Executable(executable);
+    std::shared_ptr<_odla_executable> exe = LiveExecutable(executable);
     if (exe->blob.empty())
       throw Error(ODLA_UNSUPPORTED_OP, "an executable loaded from a bundle is stored by copying "
                                        "the bundle's folder");
@@ -275,7 +321,7 @@ odla_status odla_StoreExecutable(odla_resource_location location, odla_executabl
 
 odla_status odla_LaunchExecutable(odla_executable executable, odla_context context) {
   return Guard(__func__, [&] {
-    Launch(*Executable(executable), Context(context));
+    Launch(LiveExecutable(executable), *LiveContext(context));
     return ODLA_SUCCESS;
   });
 }
@@ -285,16 +331,13 @@ odla_status odla_AsyncLaunchExecutable(const odla_executable executable,
                                        const odla_context context, const odla_compute_mode mode,
                                        odla_device device) {
   return Guard(__func__, [&] {
-    std::shared_ptr<_odla_executable> exe = Executable(executable);
-    _odla_context& ctx = Context(context);
+    std::shared_ptr<_odla_executable> exe = LiveExecutable(executable);
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
     if (constants_array != nullptr)
       throw Error(ODLA_UNSUPPORTED_DATATYPE, "constants arrays are not supported; pass NULL");
     CheckMode(mode);
     CheckCpuDevice(device);
-    RunAsync(ctx, [exe, &ctx] {
-      Launch(*exe, ctx);
-      return ODLA_SUCCESS;
-    });
+    RunAsync(std::move(ctx), std::move(exe));
     return ODLA_SUCCESS;
   });
 }
@@ -302,7 +345,8 @@ odla_status odla_AsyncLaunchExecutable(const odla_executable executable,
 odla_status odla_GetNumOfArgsFromExecutable(const odla_executable executable,
                                             odla_uint32* num_args) {
   return Guard(__func__, [&] {
-    *Require(num_args, "num_args") = static_cast<odla_uint32>(Executable(executable)->args.size());
+    *Require(num_args, "num_args") =
+        static_cast<odla_uint32>(LiveExecutable(executable)->args.size());
     return ODLA_SUCCESS;
   });
 }
@@ -311,7 +355,7 @@ odla_status odla_GetArgFromExecutableByIdx(const odla_executable executable,
                                            const odla_uint32 arg_idx, odla_value* arg_value) {
   return Guard(__func__, [&] {
     *Require(arg_value, "arg_value") =
-        ArgumentOf(Executable(executable)->args, arg_idx, "argument");
+        ArgumentOf(LiveExecutable(executable)->args, arg_idx, "argument");
     return ODLA_SUCCESS;
   });
 }
@@ -320,7 +364,7 @@ odla_status odla_GetNumOfOutputsFromExecutable(const odla_executable executable,
                                                odla_uint32* num_outputs) {
   return Guard(__func__, [&] {
     *Require(num_outputs, "num_outputs") =
-        static_cast<odla_uint32>(Executable(executable)->outputs.size());
+        static_cast<odla_uint32>(LiveExecutable(executable)->outputs.size());
     return ODLA_SUCCESS;
   });
 }
@@ -330,16 +374,17 @@ odla_status odla_GetOutputFromExecutableByIdx(const odla_executable executable,
                                               odla_value* output_value) {
   return Guard(__func__, [&] {
     *Require(output_value, "output_value") =
-        ArgumentOf(Executable(executable)->outputs, output_idx, "output");
+        ArgumentOf(LiveExecutable(executable)->outputs, output_idx, "output");
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_DestroyExecutable(odla_executable executable) {
   return Guard(__func__, [&] {
-    std::shared_ptr<_odla_executable> exe = Executable(executable);  // freed when runs end
-    std::lock_guard<std::mutex> lock(live_mutex);
-    live_executables.erase(executable);
+    // freed when the runs and contexts holding it end; its slots are not live from now
+    std::shared_ptr<_odla_executable> exe = Find(live_executables, executable, "executable", true);
+    for (const auto* slots : {&exe->args, &exe->outputs})
+      for (const auto& slot : *slots) Untrack(slot.get(), HandleKind::kValue);
     return ODLA_SUCCESS;
   });
 }
@@ -347,40 +392,35 @@ odla_status odla_DestroyExecutable(odla_executable executable) {
 odla_status odla_CreateContext(odla_context* context) {
   return Guard(__func__, [&] {
     Require(context, "context");
-    auto ctx = std::make_unique<_odla_context>();
+    auto ctx = std::make_shared<_odla_context>();
     std::lock_guard<std::mutex> lock(live_mutex);
-    live_contexts.insert(ctx.get());
-    *context = ctx.release();
+    live_contexts[ctx.get()] = ctx;
+    *context = ctx.get();
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_SetContextItem(odla_context context, odla_item_type type, odla_item_value value) {
   return Guard(__func__, [&] {
-    SetContextItem(Context(context), type, value);
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
+    std::lock_guard<std::mutex> lock(ctx->run_mutex);
+    SetContextItem(*ctx, EnumNumber(type), value);
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_DestroyContext(odla_context context) {
   return Guard(__func__, [&] {
-    _odla_context& ctx = Context(context);
-    {
-      std::unique_lock<std::mutex> lock(ctx.pending_mutex);  // its asynchronous runs end first
-      ctx.pending_done.wait(lock, [&] { return ctx.pending == 0; });
-    }
-    {
-      std::lock_guard<std::mutex> lock(live_mutex);
-      live_contexts.erase(context);
-    }
-    delete context;
+    std::shared_ptr<_odla_context> ctx = Find(live_contexts, context, "context", true);
+    std::unique_lock<std::mutex> lock(ctx->pending_mutex);  // its asynchronous runs end first
+    ctx->pending_done.wait(lock, [&] { return ctx->pending == 0; });
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_BindToArgument(odla_value value, const odla_void* data_ptr, odla_context context) {
   return Guard(__func__, [&] {
-    Context(context).inputs[Require(value, "value")->id] = Require(data_ptr, "data_ptr");
+    Bind(context, &_odla_context::inputs, LiveCopy(value, "value").id, data_ptr);
     return ODLA_SUCCESS;
   });
 }
@@ -388,14 +428,14 @@ odla_status odla_BindToArgument(odla_value value, const odla_void* data_ptr, odl
 odla_status odla_BindToArgumentById(const odla_value_id value_id, const odla_void* data_ptr,
                                     odla_context context) {
   return Guard(__func__, [&] {
-    Context(context).inputs[IdText(value_id, "value_id")] = Require(data_ptr, "data_ptr");
+    Bind(context, &_odla_context::inputs, IdText(value_id, "value_id"), data_ptr);
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_BindToOutput(odla_value value, odla_void* data_ptr, odla_context context) {
   return Guard(__func__, [&] {
-    Context(context).outputs[Require(value, "value")->id] = Require(data_ptr, "data_ptr");
+    Bind(context, &_odla_context::outputs, LiveCopy(value, "value").id, data_ptr);
     return ODLA_SUCCESS;
   });
 }
@@ -403,7 +443,7 @@ odla_status odla_BindToOutput(odla_value value, odla_void* data_ptr, odla_contex
 odla_status odla_BindToOutputById(const odla_value_id value_id, odla_void* data_ptr,
                                   odla_context context) {
   return Guard(__func__, [&] {
-    Context(context).outputs[IdText(value_id, "value_id")] = Require(data_ptr, "data_ptr");
+    Bind(context, &_odla_context::outputs, IdText(value_id, "value_id"), data_ptr);
     return ODLA_SUCCESS;
   });
 }
@@ -412,7 +452,10 @@ odla_status odla_SetRuntimeShape(odla_context context, odla_value value,
                                  odla_value_shape value_shape) {
   return Guard(__func__, [&] {
     CheckShape(value_shape, "the run-time shape");
-    Context(context).shapes[Require(value, "value")->id] = value_shape;
+    std::string id = LiveCopy(value, "value").id;
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
+    std::lock_guard<std::mutex> lock(ctx->run_mutex);
+    ctx->shapes[id] = value_shape;
     return ODLA_SUCCESS;
   });
 }
@@ -420,10 +463,12 @@ odla_status odla_SetRuntimeShape(odla_context context, odla_value value,
 odla_status odla_GetRuntimeShape(odla_context context, odla_value value,
                                  odla_value_shape* value_shape_ptr) {
   return Guard(__func__, [&] {
-    _odla_context& ctx = Context(context);
+    _odla_value v = LiveCopy(value, "value");
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
     Require(value_shape_ptr, "value_shape_ptr");
-    auto found = ctx.shapes.find(Require(value, "value")->id);
-    *value_shape_ptr = found != ctx.shapes.end() ? found->second : value->type.shape;
+    std::lock_guard<std::mutex> lock(ctx->run_mutex);
+    auto found = ctx->shapes.find(v.id);
+    *value_shape_ptr = found != ctx->shapes.end() ? found->second : v.type.shape;
     return ODLA_SUCCESS;
   });
 }
@@ -432,7 +477,7 @@ odla_status odla_GetRuntimeValueType(odla_context context, odla_value value,
                                      odla_value_type* value_type_ptr) {
   return Guard(__func__, [&] {
     Require(value_type_ptr, "value_type_ptr")->element_type =
-        Require(value, "value")->type.element_type;
+        LiveCopy(value, "value").type.element_type;
     return odla_GetRuntimeShape(context, value, &value_type_ptr->shape);
   });
 }
@@ -440,18 +485,21 @@ odla_status odla_GetRuntimeValueType(odla_context context, odla_value value,
 odla_status odla_SetRuntimeValueType(odla_context context, odla_value value,
                                      odla_value_type value_type) {
   return Guard(__func__, [&] {
-    if (value_type.element_type != Require(value, "value")->type.element_type)
+    _odla_value v = LiveCopy(value, "value");
+    if (EnumNumber(value_type.element_type) != EnumNumber(v.type.element_type))
       throw Error(ODLA_UNSUPPORTED_DATATYPE,
-                  "value " + value->id + " keeps its element type at run time");
+                  "value " + v.id + " keeps its element type at run time");
     return odla_SetRuntimeShape(context, value, value_type.shape);
   });
 }
 
 odla_status odla_GetRuntimeNumOfOutputs(odla_context context, odla_uint32* num_output_ptr) {
   return Guard(__func__, [&] {
-    _odla_context& ctx = Context(context);
+    std::shared_ptr<_odla_context> ctx = LiveContext(context);
     Require(num_output_ptr, "num_output_ptr");
-    *num_output_ptr = ctx.inputs_of ? static_cast<odla_uint32>(ctx.inputs_of->outputs.size()) : 0;
+    std::lock_guard<std::mutex> lock(ctx->run_mutex);
+    std::shared_ptr<_odla_executable> last = ctx->inputs_of.lock();  // NULL once destroyed
+    *num_output_ptr = last ? static_cast<odla_uint32>(last->outputs.size()) : 0;
     return ODLA_SUCCESS;
   });
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,8 @@
 #ifndef ODLA_TVM_TVM_VERSION  // "": stored executables' TVM is not checked
 #define ODLA_TVM_TVM_VERSION ""
 #endif
+
+struct _odla_value;
 
 namespace odla_tvm {
 
@@ -72,8 +75,42 @@ T* Require(T* pointer, const char* what) {
   return pointer;
 }
 
+// Every handle the library gives is live from its creation to its destruction; one checked
+// here before use (from any thread) gives a status when destroyed, stale or foreign.
+enum class HandleKind : uint8_t {
+  kComputation, kValue, kExecutable, kContext, kDevice, kConfig, kTrace
+};
+void Track(const void* handle, HandleKind kind);
+// Ends `handle`'s life: false where it was not live (so only one of two destroys proceeds).
+bool Untrack(const void* handle, HandleKind kind);
+// Throws ODLA_INVALID_PARAM: `what` is destroyed, or not one this library made.
+[[noreturn]] void ThrowNotLive(const std::string& what);
+// Throws ODLA_INVALID_PARAM naming `what` unless `handle` is live and of `kind`.
+void CheckLive(const void* handle, HandleKind kind, const char* what);
+// A copy of a value (its id and type), taken while its owner cannot free it; throws as
+// CheckLive.
+_odla_value LiveCopy(const _odla_value* value, const char* what);
+template <typename T>
+T* Live(T* handle, HandleKind kind, const char* what) {
+  CheckLive(Require(handle, what), kind, what);
+  return handle;
+}
+
+// The number an enum argument holds, read without loading it as the enum: callers pass values
+// outside it (uninitialized ones), which a C++ enum need not hold (UBSan reports such a load).
+template <typename Enum>
+int EnumNumber(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "ODLA's enums are ints");
+  int number;
+  std::memcpy(&number, &value, sizeof number);
+  return number;
+}
+
 std::string IdText(const odla_value_id id, const char* what);
 size_t ElementSize(odla_element_type type);
+// Refuses (ODLA_UNSUPPORTED_DATATYPE) an element type outside odla_element_type, before any C++
+// code loads it as the enum.
+void CheckElementType(const odla_value_type& type, const char* what);
 int64_t ElementCount(const odla_value_shape& shape);
 std::string ShapeText(const odla_value_shape& shape);
 void CheckShape(const odla_value_shape& shape, const char* what);
@@ -116,6 +153,11 @@ std::shared_ptr<_odla_executable> LoadExecutableBytes(std::string blob, const st
 // Loads the exported bundle in the folder `root` (see ParseBundle); one not checked against
 // its digests is an engine-cache entry, where its vendor regions keep their packed weights.
 std::shared_ptr<_odla_executable> LoadBundle(const std::string& root, bool check_digests = true);
+
+// The live context or executable a handle names (held while used: a concurrent destroy frees
+// it after); throws ODLA_INVALID_PARAM for a destroyed or foreign one.
+std::shared_ptr<_odla_context> LiveContext(odla_context context);
+std::shared_ptr<_odla_executable> LiveExecutable(odla_executable executable);
 
 // Copies `value`, an output of the context's last run, to `data`; false if it has none.
 bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data);

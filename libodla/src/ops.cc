@@ -28,15 +28,36 @@ Arg ResultType(odla_value_type type) {
 // ArgMax/ArgMin's index type. A caller may leave it uninitialized (HALO's own op tests do,
 // its backends ignore it): an element type outside ODLA's enum means int32.
 Arg IndexType(odla_value_type type) {
-  int element = static_cast<int>(type.element_type);
+  int element = EnumNumber(type.element_type);
   if (element < ODLA_INT8 || element > ODLA_STRING)
     type.element_type = ODLA_INT32;
   return ResultType(type);
 }
 
+// A layout left uninitialized (HALO's op tests leave some, their backends ignore them): one
+// outside odla_memory_layout takes `fallback`, with a warning, so that a program's result never
+// depends on what its stack held.
+odla_memory_layout Layout(const odla_memory_layout& layout, odla_memory_layout fallback,
+                          const char* op, const char* what) {
+  int given = EnumNumber(layout);
+  if (given >= ODLA_CHANNELS_FIRST && given <= ODLA_IOS)
+    return static_cast<odla_memory_layout>(given);
+  Log(ODLA_LOG_LEVEL_WARN, op, std::string(what) + " is " + std::to_string(given) +
+                                   ", not an odla_memory_layout (0..5); taking " +
+                                   std::to_string(static_cast<int>(fallback)));
+  return fallback;
+}
+
+Arg InputLayout(const odla_memory_layout& layout, const char* op) {
+  return I(Layout(layout, ODLA_CHANNELS_FIRST, op, "input_layout"));
+}
+
 // A kernel layout given as an input's (HALO's own op tests pass the input's): channels first
-// means the op's ONNX kernel layout, channels last its TensorFlow one.
-Arg KernelLayout(odla_memory_layout layout, odla_memory_layout onnx, odla_memory_layout tf) {
+// means the op's ONNX kernel layout, channels last its TensorFlow one; one out of range the
+// ONNX layout.
+Arg KernelLayout(const odla_memory_layout& given, odla_memory_layout onnx, odla_memory_layout tf,
+                 const char* op) {
+  odla_memory_layout layout = Layout(given, onnx, op, "kernel_layout");
   return I(layout == ODLA_CHANNELS_FIRST ? onnx : layout == ODLA_CHANNELS_LAST ? tf : layout);
 }
 
@@ -177,7 +198,8 @@ odla_value odla_AveragePool(odla_value input, odla_memory_layout input_layout,
                             const odla_uint32* paddings_front, const odla_uint32* paddings_back,
                             odla_bool padding_included, odla_value_shape output_dims,
                             const odla_value_id value_id) {
-  ODLA_OP(Op("average_pool", {V(input), I(input_layout), Ints(window_dims, Spatial(input)),
+  ODLA_OP(Op("average_pool", {V(input), InputLayout(input_layout, "odla_AveragePool"),
+                              Ints(window_dims, Spatial(input)),
                               Ints(strides, Spatial(input)), Ints(paddings_front, Spatial(input)),
                               Ints(paddings_back, Spatial(input)), I(padding_included),
                               Hint(output_dims), Id(value_id)}));
@@ -187,7 +209,8 @@ odla_value odla_MaxPool(odla_value input, odla_memory_layout input_layout,
                         const odla_uint32* window_dims, const odla_uint32* strides,
                         const odla_uint32* paddings_front, const odla_uint32* paddings_back,
                         odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("max_pool", {V(input), I(input_layout), Ints(window_dims, Spatial(input)),
+  ODLA_OP(Op("max_pool", {V(input), InputLayout(input_layout, "odla_MaxPool"),
+                          Ints(window_dims, Spatial(input)),
                           Ints(strides, Spatial(input)), Ints(paddings_front, Spatial(input)),
                           Ints(paddings_back, Spatial(input)), Hint(output_dims), Id(value_id)}));
 }
@@ -195,7 +218,8 @@ odla_value odla_MaxPool(odla_value input, odla_memory_layout input_layout,
 odla_value odla_LRN(odla_value input, odla_memory_layout input_layout, odla_int32 window_size,
                     odla_float32 alpha, odla_float32 beta, odla_float32 bias,
                     const odla_value_id value_id) {
-  ODLA_OP(Op("lrn", {V(input), I(input_layout), I(window_size), F(alpha), F(beta), F(bias),
+  ODLA_OP(Op("lrn", {V(input), InputLayout(input_layout, "odla_LRN"),
+                     I(window_size), F(alpha), F(beta), F(bias),
                      Id(value_id)}));
 }
 
@@ -203,7 +227,8 @@ odla_value odla_BatchNormalization(odla_value input, odla_memory_layout input_la
                                    odla_value mean, odla_value var, odla_float32 epsilon,
                                    odla_value scale, odla_value offset, odla_float32 scalar_scale,
                                    odla_float32 scalar_offset, const odla_value_id value_id) {
-  ODLA_OP(Op("batch_normalization", {V(input), I(input_layout), V(mean), V(var), F(epsilon),
+  ODLA_OP(Op("batch_normalization", {V(input), InputLayout(input_layout, "odla_BatchNormalization"),
+                                     V(mean), V(var), F(epsilon),
                                      V(scale), V(offset), F(scalar_scale), F(scalar_offset),
                                      Id(value_id)}));
 }
@@ -213,8 +238,8 @@ odla_value odla_Conv(odla_value input, odla_memory_layout input_layout, odla_uin
                      const odla_uint32* strides, const odla_uint32* dilations,
                      const odla_uint32* paddings_front, const odla_uint32* paddings_back,
                      odla_value bias, odla_value_shape output_dims, const odla_value_id value_id) {
-  ODLA_OP(Op("conv", {V(input), I(input_layout), I(group), V(kernel),
-                      KernelLayout(kernel_layout, ODLA_OIS, ODLA_SIO),
+  ODLA_OP(Op("conv", {V(input), InputLayout(input_layout, "odla_Conv"), I(group), V(kernel),
+                      KernelLayout(kernel_layout, ODLA_OIS, ODLA_SIO, "odla_Conv"),
                       Ints(strides, Spatial(input)), Ints(dilations, Spatial(input)),
                       Ints(paddings_front, Spatial(input)), Ints(paddings_back, Spatial(input)),
                       V(bias), Hint(output_dims), Id(value_id)}));
@@ -227,8 +252,8 @@ odla_value odla_DeConv(odla_value input, odla_memory_layout input_layout, odla_u
                        odla_value bias, odla_value_shape output_dims,
                        const odla_value_id value_id) {
   // output_dims picks among the sizes a transposed convolution may give: passed on
-  ODLA_OP(Op("de_conv", {V(input), I(input_layout), I(group), V(kernel),
-                         KernelLayout(kernel_layout, ODLA_IOS, ODLA_SOI),
+  ODLA_OP(Op("de_conv", {V(input), InputLayout(input_layout, "odla_DeConv"), I(group), V(kernel),
+                         KernelLayout(kernel_layout, ODLA_IOS, ODLA_SOI, "odla_DeConv"),
                          Ints(strides, Spatial(input)), Ints(dilations, Spatial(input)),
                          Ints(paddings_front, Spatial(input)), Ints(paddings_back, Spatial(input)),
                          V(bias), DeConvOutputSize(output_dims, input), Id(value_id)}));
@@ -258,7 +283,8 @@ odla_value odla_GroupNormalization(odla_value input, odla_memory_layout input_la
                                    odla_int32 groups, odla_float32 epsilon, odla_value scale,
                                    odla_value offset, odla_float32 scalar_scale,
                                    odla_float32 scalar_offset, const odla_value_id value_id) {
-  ODLA_OP(Op("group_normalization", {V(input), I(input_layout), I(groups), F(epsilon), V(scale),
+  ODLA_OP(Op("group_normalization", {V(input), InputLayout(input_layout, "odla_GroupNormalization"),
+                                     I(groups), F(epsilon), V(scale),
                                      V(offset), F(scalar_scale), F(scalar_offset), Id(value_id)}));
 }
 
@@ -266,14 +292,17 @@ odla_value odla_InstanceNormalization(odla_value input, odla_memory_layout input
                                       odla_float32 epsilon, odla_value scale, odla_value offset,
                                       odla_float32 scalar_scale, odla_float32 scalar_offset,
                                       const odla_value_id value_id) {
-  ODLA_OP(Op("instance_normalization", {V(input), I(input_layout), F(epsilon), V(scale), V(offset),
+  ODLA_OP(Op("instance_normalization", {V(input),
+                                        InputLayout(input_layout, "odla_InstanceNormalization"),
+                                        F(epsilon), V(scale), V(offset),
                                         F(scalar_scale), F(scalar_offset), Id(value_id)}));
 }
 
 odla_value odla_LpNormalize(odla_value input, odla_int32 p, odla_memory_layout input_layout,
                             odla_size_t axes_size, const odla_int32* axes, odla_float32 epsilon,
                             odla_value scale, const odla_value_id value_id) {
-  ODLA_OP(Op("lp_normalize", {V(input), I(p), I(input_layout), I(axes_size),
+  ODLA_OP(Op("lp_normalize", {V(input), I(p), InputLayout(input_layout, "odla_LpNormalize"),
+                              I(axes_size),
                               Ints(axes, Count(axes_size, "axes_size")), F(epsilon), V(scale),
                               Id(value_id)}));
 }
@@ -320,14 +349,16 @@ odla_values odla_RNN(odla_value input, odla_rnn_weight_format weight_format,
 odla_value odla_ROIAlign(odla_value input, odla_memory_layout input_layout, odla_value rois,
                          odla_int32 sampling_ratio, odla_float32 scale, odla_value_shape output_dim,
                          const odla_value_id value_id) {
-  ODLA_OP(Op("roi_align", {V(input), I(input_layout), V(rois), I(sampling_ratio), F(scale),
+  ODLA_OP(Op("roi_align", {V(input), InputLayout(input_layout, "odla_ROIAlign"),
+                           V(rois), I(sampling_ratio), F(scale),
                            Dims(output_dim), Id(value_id)}));
 }
 
 odla_value odla_ROIMaxPool(odla_value input, odla_memory_layout input_layout, odla_value rois,
                            odla_int32 win_h, odla_int32 win_w, odla_float32 scale,
                            odla_value_shape output_dim, const odla_value_id value_id) {
-  ODLA_OP(Op("roi_max_pool", {V(input), I(input_layout), V(rois), I(win_h), I(win_w), F(scale),
+  ODLA_OP(Op("roi_max_pool", {V(input), InputLayout(input_layout, "odla_ROIMaxPool"),
+                              V(rois), I(win_h), I(win_w), F(scale),
                               Dims(output_dim), Id(value_id)}));
 }
 

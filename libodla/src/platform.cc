@@ -91,6 +91,20 @@ const char* KernelVersion() {
   return version.c_str();
 }
 
+// A handle the caller destroys with Destroy: tracked, so a stale one gives a status.
+template <typename T>
+T* Created(HandleKind kind) {
+  auto made = std::make_unique<T>();
+  Track(made.get(), kind);
+  return made.release();
+}
+
+template <typename T>
+void Destroy(T* handle, HandleKind kind, const char* what) {
+  if (!Untrack(Require(handle, what), kind)) ThrowNotLive(what);  // one of two destroys
+  delete handle;
+}
+
 odla_status RunTaskNow(odla_device device, odla_task task) {
   if (task.func == nullptr) return ODLA_INVALID_PARAM;
   task.func(device, task.inputs, task.outputs);
@@ -174,7 +188,7 @@ odla_status odla_GetDeviceInfo(odla_device device, odla_device_info info_type,
     CheckCpuDevice(device);
     long pages = sysconf(_SC_PHYS_PAGES), available = sysconf(_SC_AVPHYS_PAGES),
          page = sysconf(_SC_PAGESIZE);
-    switch (info_type) {
+    switch (EnumNumber(info_type)) {  // any int a caller passes
       case ODLA_DEVICE_INFO_ODLA_LIB_VERSION:
         info_value->data_type = ODLA_STRING;
         info_value->val_str = odla_GetVersionString();
@@ -220,7 +234,8 @@ odla_status odla_GetDeviceInfo(odla_device device, odla_device_info info_type,
         info_value->val_str = "TVM " ODLA_TVM_TVM_VERSION;
         return ODLA_SUCCESS;
       default:  // the power items: a CPU has no power reading here
-        throw Error(ODLA_UNSUPPORTED_DATATYPE, "device info " + std::to_string(info_type) +
+        throw Error(ODLA_UNSUPPORTED_DATATYPE, "device info " +
+                                                   std::to_string(EnumNumber(info_type)) +
                                                    " is not known of the CPU here");
     }
   });
@@ -243,30 +258,33 @@ odla_status odla_SetCurrentDevice(odla_device device) {
 odla_status odla_DestroyDevice(odla_device device) {
   return Guard(__func__, [&] {
     Require(device, "device");
-    CheckCpuDevice(device);
     std::lock_guard<std::mutex> lock(devices_mutex);
-    devices.erase(device);
+    if (devices.erase(device) == 0) ThrowNotLive("device");  // one of two destroys
     return ODLA_SUCCESS;
   });
 }
 
 odla_status odla_CreateDeviceConfig(odla_device_config* device_config) {
-  if (device_config == nullptr) return ODLA_INVALID_PARAM;
-  *device_config = new (std::nothrow) _odla_device_config();
-  return *device_config ? ODLA_SUCCESS : ODLA_MEM_ERROR;
+  return Guard(__func__, [&] {
+    *Require(device_config, "device_config") = Created<_odla_device_config>(HandleKind::kConfig);
+    return ODLA_SUCCESS;
+  });
 }
 
 odla_status odla_SetDeviceConfigItem(odla_device_config device_config,
                                      odla_device_config_item, ...) {
-  if (device_config == nullptr) return ODLA_INVALID_PARAM;
-  return Unsupported(__func__, ODLA_UNSUPPORTED_DATATYPE,
-                     "ODLA 0.5 defines no device config items; the CPU takes none");
+  return Guard(__func__, [&] {
+    Live(device_config, HandleKind::kConfig, "device_config");
+    return Unsupported(__func__, ODLA_UNSUPPORTED_DATATYPE,
+                       "ODLA 0.5 defines no device config items; the CPU takes none");
+  });
 }
 
 odla_status odla_DestroyDeviceConfig(odla_device_config device_config) {
-  if (device_config == nullptr) return ODLA_INVALID_PARAM;
-  delete device_config;
-  return ODLA_SUCCESS;
+  return Guard(__func__, [&] {
+    Destroy(device_config, HandleKind::kConfig, "device_config");
+    return ODLA_SUCCESS;
+  });
 }
 
 // Memory: the device is the CPU, so device memory is host memory, 64-byte aligned.
@@ -322,20 +340,24 @@ odla_status odla_RunTaskAsync(odla_device device, odla_task task) {
 // The profiler times each launch while on. ODLA 0.5 gives a trace no accessors, so what it
 // recorded is logged (INFO) when it stops; a retrieved trace holds the launches' times.
 odla_status odla_CreateDeviceTrace(odla_device_trace* device_trace) {
-  if (device_trace == nullptr) return ODLA_INVALID_PARAM;
-  *device_trace = new (std::nothrow) _odla_device_trace();
-  return *device_trace ? ODLA_SUCCESS : ODLA_MEM_ERROR;
+  return Guard(__func__, [&] {
+    *Require(device_trace, "device_trace") = Created<_odla_device_trace>(HandleKind::kTrace);
+    return ODLA_SUCCESS;
+  });
 }
 
 odla_status odla_SetDeviceTraceItem(odla_device_trace device_trace, odla_device_trace_item, ...) {
-  if (device_trace == nullptr) return ODLA_INVALID_PARAM;
-  return Unsupported(__func__, ODLA_UNSUPPORTED_DATATYPE, "ODLA 0.5 defines no trace items");
+  return Guard(__func__, [&] {
+    Live(device_trace, HandleKind::kTrace, "device_trace");
+    return Unsupported(__func__, ODLA_UNSUPPORTED_DATATYPE, "ODLA 0.5 defines no trace items");
+  });
 }
 
 odla_status odla_ReleaseDeviceTrace(odla_device_trace device_trace) {
-  if (device_trace == nullptr) return ODLA_INVALID_PARAM;
-  delete device_trace;
-  return ODLA_SUCCESS;
+  return Guard(__func__, [&] {
+    Destroy(device_trace, HandleKind::kTrace, "device_trace");
+    return ODLA_SUCCESS;
+  });
 }
 
 odla_status odla_StartDeviceProfiler(odla_device device) {
@@ -374,10 +396,14 @@ odla_status odla_RetrieveDeviceTrace(odla_device device, odla_device_trace* devi
   return Guard(__func__, [&] {
     CheckCpuDevice(device);
     Require(device_trace, "device_trace");
-    auto trace = std::make_unique<_odla_device_trace>();
-    std::lock_guard<std::mutex> lock(trace_mutex);
-    trace->launch_seconds = launch_seconds;
-    *device_trace = trace.release();
+    std::vector<double> seconds;
+    {
+      std::lock_guard<std::mutex> lock(trace_mutex);
+      seconds = launch_seconds;
+    }
+    _odla_device_trace* trace = Created<_odla_device_trace>(HandleKind::kTrace);
+    trace->launch_seconds = std::move(seconds);
+    *device_trace = trace;
     return ODLA_SUCCESS;
   });
 }

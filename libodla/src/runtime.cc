@@ -5,6 +5,7 @@
 #include <tvm/ffi/container/array.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -222,13 +223,39 @@ void StoreOutput(const _odla_value& slot, const ffi::Tensor& tensor, _odla_conte
     ctx.results.insert_or_assign(slot.id, tensor);
 }
 
+// Refuses an id bound on the context that `exe` does not have (a misspelt id would leave
+// an output unwritten, or an argument unused), as onnxruntime refuses an unknown name.
+void CheckBoundIds(const _odla_executable& exe, const _odla_context& ctx) {
+  auto check = [](const auto& bound, const std::vector<std::unique_ptr<_odla_value>>& slots,
+                  const char* what) {
+    for (const auto& [id, data] : bound) {
+      bool known = std::any_of(slots.begin(), slots.end(),
+                               [&id = id](const auto& slot) { return slot->id == id; });
+      if (known) continue;
+      std::string ids;
+      for (const auto& slot : slots) ids += (ids.empty() ? "" : ", ") + slot->id;
+      throw Error(ODLA_INVALID_PARAM, std::string(what) + " id " + id + " is bound on the "
+                                      "context, but the executable has no such " + what +
+                                      " (its " + what + "s: " + ids + ")");
+    }
+  };
+  check(ctx.inputs, exe.args, "argument");
+  check(ctx.outputs, exe.outputs, "output");
+}
+
 }  // namespace
 
-void Launch(_odla_executable& exe, _odla_context& ctx) {
+void Launch(const std::shared_ptr<_odla_executable>& executable, _odla_context& ctx) {
+  _odla_executable& exe = *executable;
   std::lock_guard<std::mutex> lock(ctx.run_mutex);
-  if (ctx.inputs_of != &exe) {
+  if (ctx.inputs_of.owner_before(executable) || executable.owner_before(ctx.inputs_of)) {
     ctx.cached.assign(exe.args.size(), {});
-    ctx.inputs_of = &exe;
+    ctx.inputs_of = executable;
+    ctx.ids_checked = false;
+  }
+  if (!ctx.ids_checked) {
+    CheckBoundIds(exe, ctx);
+    ctx.ids_checked = true;
   }
   std::vector<ffi::AnyView> packed;
   packed.reserve(exe.args.size() + exe.extra.size());
@@ -276,11 +303,15 @@ const bool user_chose_pool_spin = std::getenv("TVM_THREAD_POOL_SPIN_COUNT") != n
 // the cores from the region after them); oneDNN's OpenMP threads spin 10000 of libgomp's
 // spins. The pool reads its spin when it starts, libgomp its own when it loads (with the
 // executable's library): both after this.
+// Once for each kind, not on every load: setenv races any thread's getenv.
 void ReadyThreadPools(bool vendor_regions) {
-  if (!user_chose_pool_spin) setenv("TVM_THREAD_POOL_SPIN_COUNT", vendor_regions ? "0" : "10000",
-                                    vendor_regions);
-  if (vendor_regions && std::getenv("OMP_WAIT_POLICY") == nullptr)
-    setenv("GOMP_SPINCOUNT", "10000", 0);
+  static std::once_flag plain, vendor;
+  std::call_once(vendor_regions ? vendor : plain, [vendor_regions] {
+    if (!user_chose_pool_spin)
+      setenv("TVM_THREAD_POOL_SPIN_COUNT", vendor_regions ? "0" : "10000", vendor_regions);
+    if (vendor_regions && std::getenv("OMP_WAIT_POLICY") == nullptr)
+      setenv("GOMP_SPINCOUNT", "10000", 0);
+  });
 }
 
 std::shared_ptr<_odla_executable> Loaded(std::shared_ptr<_odla_executable> exe,
@@ -339,7 +370,7 @@ bool ReadResult(_odla_context& ctx, const _odla_value& value, void* data) {
   return true;
 }
 
-void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value) {
+void SetContextItem(_odla_context& ctx, int type, odla_item_value value) {
   switch (type) {
     case ODLA_ASYNC_CALLBACK_FUNC:
       ctx.callback = reinterpret_cast<int (*)(void*, odla_status)>(value);

@@ -28,6 +28,7 @@ struct _odla_executable {
 };
 
 struct _odla_context {
+  // Bindings and items: changed and read under run_mutex, so never while a run reads them.
   std::unordered_map<std::string, const void*> inputs;
   std::unordered_map<std::string, void*> outputs;
   // run-time shapes: of dynamic arguments, set by the caller; of outputs, after each run
@@ -43,8 +44,11 @@ struct _odla_context {
     tvm::ffi::Tensor tensor;
     bool staged = false;  // a copy (the caller's data is not 64-byte aligned)
   };
-  const _odla_executable* inputs_of = nullptr;
+  // The executable the cached inputs are of: weak, so a destroyed one is freed and never
+  // mistaken for a new one at its address (the control block outlives it).
+  std::weak_ptr<_odla_executable> inputs_of;
   std::vector<Input> cached;
+  bool ids_checked = false;  // every id bound is one of inputs_of's (reset by a new id)
   std::mutex run_mutex;  // one run of a context at a time
   std::mutex pending_mutex;
   std::condition_variable pending_done;
@@ -54,13 +58,13 @@ struct _odla_context {
 namespace odla_tvm {
 
 // Runs `exe` on what `ctx` binds, writing the bound outputs.
-void Launch(_odla_executable& exe, _odla_context& ctx);
+void Launch(const std::shared_ptr<_odla_executable>& exe, _odla_context& ctx);
 
 // The executable `computation` compiles to, compiled (by the build library) at the first call.
 std::shared_ptr<_odla_executable> Compiled(_odla_computation& computation);
 
-// odla_SetContextItem's meaning here.
-void SetContextItem(_odla_context& ctx, odla_item_type type, odla_item_value value);
+// odla_SetContextItem's meaning here; `type` an odla_item_type's number (any int a caller gave).
+void SetContextItem(_odla_context& ctx, int type, odla_item_value value);
 
 }  // namespace odla_tvm
 

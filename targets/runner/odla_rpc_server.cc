@@ -10,8 +10,16 @@
 // no client comes a GET_PENDING_MATCHKEYS every 2 s (a new key when the old one was handed to
 // a client that never came). A client's handshake must carry "client:<match key>"; each
 // session is served by libtvm_runtime's RPC server loop in a forked process, in a directory
-// of its own, and ended after the -timeout=N the client asked for. What a session can call
-// besides the runtime's own (upload, download, remove, time evaluator):
+// of its own, and ended after the -timeout=N the client asked for.
+//
+// Trust: as with TVM's own server, whoever reaches the port and knows a match key runs native
+// code here (it uploads a library and loads it). So it listens on 127.0.0.1 unless --host says
+// otherwise: open it only on a network whose hosts may run code on this machine. A handshake
+// must end within kHandshakeS (one stalled client cannot hold the accept loop), and a
+// session's files stay in its directory (no absolute name, no "..", no symlink out).
+//
+// What a session can call besides the runtime's own (upload, download, remove and load_module
+// find their files through workpath; time evaluator):
 //   tvm.rpc.server.workpath      a file name -> its path in the session's directory
 //   tvm.rpc.server.load_module   loads an uploaded shared library (linked where it was built)
 //   tvm.contrib.random.random_fill_for_measure (and random_fill): inputs for a measurement,
@@ -38,6 +46,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -63,9 +72,12 @@ constexpr int32_t kTrackerMagic = 0x2f271;
 enum TrackerCode { kSuccess = 0, kPut = 3, kUpdateInfo = 5, kGetPendingMatchKeys = 7 };
 constexpr int kPingPeriodS = 2;
 constexpr int kUnmatchTimeoutS = 4;
+constexpr int kHandshakeS = 5;
+
+using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string tracker_host, key, host = "0.0.0.0", custom_addr, work_dir;
+  std::string tracker_host, key, host = "127.0.0.1", custom_addr, work_dir;
   int tracker_port = 0, port = 9090, port_end = 9199;
 };
 
@@ -91,9 +103,25 @@ void SendAll(int fd, const void* data, size_t size) {
   }
 }
 
-void RecvAll(int fd, void* data, size_t size) {
+// Waits until `fd` has data, or throws once `deadline` has passed.
+void AwaitData(int fd, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) throw std::runtime_error("the handshake passed its deadline");
+    pollfd p{fd, POLLIN, 0};
+    int ready = poll(&p, 1, static_cast<int>(left.count()));
+    if (ready > 0) return;
+    if (ready < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") +
+                                                              std::strerror(errno));
+  }
+}
+
+// Receives `size` bytes; with a deadline, all of them by then (not each recv: a client
+// sending a byte at a time would hold the server).
+void RecvAll(int fd, void* data, size_t size, std::optional<Clock::time_point> deadline = {}) {
   char* p = static_cast<char*>(data);
   while (size > 0) {
+    if (deadline) AwaitData(fd, *deadline);
     ssize_t n = recv(fd, p, size, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) throw std::runtime_error("the peer closed the connection");
@@ -103,9 +131,9 @@ void RecvAll(int fd, void* data, size_t size) {
   }
 }
 
-int32_t RecvInt(int fd) {
+int32_t RecvInt(int fd, std::optional<Clock::time_point> deadline = {}) {
   int32_t value;
-  RecvAll(fd, &value, sizeof(value));  // little-endian on both ends, as TVM assumes
+  RecvAll(fd, &value, sizeof(value), deadline);  // little-endian on both ends, as TVM assumes
   return value;
 }
 
@@ -268,14 +296,13 @@ Client AcceptClient(int listen_fd, TrackerClient* tracker) {
     getnameinfo(reinterpret_cast<sockaddr*>(&peer), peer_size, host, sizeof(host), port,
                 sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
     Client client{fd, std::string(host) + ":" + port, 0};
-    timeval limit{5, 0};  // a handshake that stalls must not hold the server
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(kHandshakeS);
     try {
-      if (RecvInt(fd) != kRPCMagic) throw std::runtime_error("not a TVM RPC client");
-      int32_t size = RecvInt(fd);
+      if (RecvInt(fd, deadline) != kRPCMagic) throw std::runtime_error("not a TVM RPC client");
+      int32_t size = RecvInt(fd, deadline);
       if (size < 0 || size > 4096) throw std::runtime_error("a bad key length");
       std::string key(static_cast<size_t>(size), '\0');
-      RecvAll(fd, key.data(), key.size());
+      RecvAll(fd, key.data(), key.size(), deadline);
       // "client:<match key> [-timeout=N]"
       std::string first = key.substr(0, key.find(' '));
       if (first != "client:" + tracker->matchkey()) {
@@ -293,8 +320,6 @@ Client AcceptClient(int listen_fd, TrackerClient* tracker) {
       close(fd);
       continue;
     }
-    timeval none{0, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
     return client;
   }
 }
@@ -347,14 +372,36 @@ void RandomFill(DLTensor* t) {
   }
 }
 
+// The path of a session's file `name`: a relative name inside the session's directory `dir`
+// (canonical), refused where absolute, with "..", or reaching out through a symlink.
+std::string SessionPath(const std::filesystem::path& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path relative(name);
+  bool plain = !name.empty() && relative.is_relative() &&
+               std::none_of(relative.begin(), relative.end(),
+                            [](const fs::path& part) { return part == ".."; });
+  if (!plain)
+    throw std::runtime_error("file name " + Quoted(name) + " is not a relative name inside the "
+                             "session's directory");
+  std::error_code error;
+  const fs::path resolved = fs::weakly_canonical(dir / relative, error);
+  auto inside = std::mismatch(dir.begin(), dir.end(), resolved.begin(), resolved.end());
+  if (error || inside.first != dir.end())
+    throw std::runtime_error("file name " + Quoted(name) + " leads out of the session's "
+                             "directory");
+  return (dir / relative).string();
+}
+
 // One session, in its own process and directory: the functions it may call, then the
 // runtime's RPC server loop until the client closes.
-void ServeSession(int fd, const std::string& dir) {
-  if (chdir(dir.c_str()) != 0) throw std::runtime_error("cannot enter " + dir);
+void ServeSession(int fd, const std::string& session_dir) {
+  if (chdir(session_dir.c_str()) != 0) throw std::runtime_error("cannot enter " + session_dir);
+  const std::filesystem::path dir = std::filesystem::canonical(session_dir);
   ffi::Function::SetGlobal("tvm.rpc.server.workpath", ffi::Function::FromTyped(
-      [dir](std::string name) { return dir + "/" + name; }), true);
+      [dir](std::string name) { return SessionPath(dir, name); }), true);
   ffi::Function::SetGlobal("tvm.rpc.server.load_module", ffi::Function::FromTyped(
-      [dir](std::string name) { return ffi::Module::LoadFromFile(dir + "/" + name); }), true);
+      [dir](std::string name) { return ffi::Module::LoadFromFile(SessionPath(dir, name)); }),
+      true);
   ffi::Function fill = ffi::Function::FromTyped([](DLTensor* t) { RandomFill(t); });
   ffi::Function::SetGlobal("tvm.contrib.random.random_fill_for_measure", fill, true);
   ffi::Function::SetGlobal("tvm.contrib.random.random_fill", fill, true);
@@ -423,9 +470,11 @@ const char kUsage[] =
     "usage: odla_rpc_server --tracker HOST:PORT --key KEY [--host ADDR] [--port P]\n"
     "                       [--port-end Q] [--custom-addr ADDR] [--work-dir DIR]\n"
     "Registers this machine with a TVM RPC tracker under KEY and measures what odla-tvm tune\n"
-    "--rpc-tracker HOST:PORT --rpc-key KEY sends it. --host: the address to listen on\n"
-    "(0.0.0.0); --port/--port-end: the first free port of [P, Q) (9090, 9199); --custom-addr:\n"
-    "the address clients reach this machine at, when not the one the tracker sees;\n"
+    "--rpc-tracker HOST:PORT --rpc-key KEY sends it. Whoever reaches it runs code here.\n"
+    "--host: the address to listen on (127.0.0.1; the board's address or 0.0.0.0 for the\n"
+    "tuning host to reach it); --port/--port-end: the first free port of [P, Q) (9090, 9199);\n"
+    "--custom-addr: the address clients reach this machine at, when not the one the tracker\n"
+    "sees;\n"
     "--work-dir: where sessions keep their uploads (default $TMPDIR or /tmp).\n";
 
 Options Parse(int argc, char** argv) {

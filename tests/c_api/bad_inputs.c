@@ -51,7 +51,7 @@ static void* op_without_computation(void* unused) {
 
 int main(int argc, char** argv) {
   odla_executable exe = NULL, bad = NULL;
-  odla_context ctx = NULL, gone = NULL;
+  odla_context ctx = NULL, gone = NULL, odd = NULL;
   odla_computation comp = NULL;
   odla_value value = NULL, arg;
   odla_value_type type;
@@ -84,8 +84,13 @@ int main(int argc, char** argv) {
   report("launch_unbound_argument", odla_LaunchExecutable(exe, ctx));
   report("bind_null_id", odla_BindToArgumentById(NULL, x, ctx));
   report("bind_null_data", odla_BindToArgumentById(ID("x"), NULL, ctx));
-  report("bind_unknown_id", odla_BindToArgumentById(ID("no such id"), x, ctx));
-  report("launch_with_unknown_id_only", odla_LaunchExecutable(exe, ctx));
+  odla_CreateContext(&odd);
+  report("bind_unknown_id", odla_BindToArgumentById(ID("no such id"), x, odd));
+  report("launch_with_unknown_id_only", odla_LaunchExecutable(exe, odd));
+  odla_BindToArgumentById(ID("x"), x, odd);
+  odla_BindToOutputById(ID("y"), y, odd);
+  report("launch_with_an_unknown_id_beside", odla_LaunchExecutable(exe, odd));
+  odla_DestroyContext(odd);
   report("arg_index_out_of_range", odla_GetArgFromExecutableByIdx(exe, 7, &arg));
   report("num_args_null", odla_GetNumOfArgsFromExecutable(exe, NULL));
   odla_GetArgFromExecutableByIdx(exe, 0, &arg);

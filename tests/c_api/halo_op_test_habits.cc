@@ -1,10 +1,11 @@
 // What HALO's own ODLA op tests (its PopART backend's doctest programs) do that generated code
 // does not: an ArgMin whose output type is left uninitialized, Conv and DeConv kernels given the
-// input's layout (CHANNELS_FIRST) and DeConv's output_dims left uninitialized, odla_Gemm on
-// stacks of matrices (HALO also emits its batched MatMul as odla_Gemm), constants built from a
-// vector that is gone before the run, and every device info item a CPU has; and what HALO's
-// generated yolov3 passes: odla_Resize's axes_mask -1 ("every axis"). Each computation is
-// built, run once by ids and printed as "<id> values..." for tests/test_c_api_halo.py.
+// input's layout (CHANNELS_FIRST), DeConv's layouts and output_dims left uninitialized,
+// odla_Gemm on stacks of matrices (HALO also emits its batched MatMul as odla_Gemm), constants
+// built from a vector that is gone before the run, and every device info item a CPU has; and
+// what HALO's generated yolov3 passes: odla_Resize's axes_mask -1 ("every axis"). Each
+// computation is built, run once by ids and printed as "<id> values..." for
+// tests/test_c_api_halo.py.
 #include <ODLA/odla.h>
 
 #include "odla_test_types.h"
@@ -30,6 +31,10 @@ void Print(const char* name, const std::vector<T>& data) {
   for (const T& v : data) std::printf(" %.9g", static_cast<double>(v));
   std::printf("\n");
 }
+
+// A layout left uninitialized, outside odla_memory_layout's 0..5 yet one a C++ enum of it may
+// hold (0..7); C callers may pass any int.
+const odla_memory_layout kStrayLayout = static_cast<odla_memory_layout>(7);
 
 std::vector<float> Iota(size_t count, float step) {
   std::vector<float> values(count);
@@ -85,6 +90,16 @@ void ConvWithInputLayouts() {
                                     zero, zero, nullptr, Garbage<odla_value_shape>(),
                                     ID("deconv")));
   RunAndPrint(comp, "deconv", std::vector<float>(2 * 25),
+              {{"x", image.data()}, {"w", kernel.data()}});
+
+  // HALO's Graphcore DeConv test leaves its layouts uninitialized: the op's defaults
+  comp = NewComputation();
+  x = odla_CreateArgument(Type(ODLA_FLOAT32, {1, 1, 3, 3}), ID("x"));
+  w = odla_CreateArgument(Type(ODLA_FLOAT32, {1, 2, 3, 3}), ID("w"));
+  odla_SetValueAsOutput(odla_DeConv(x, kStrayLayout, 1, w, kStrayLayout, one, one, zero, zero,
+                                    nullptr, Garbage<odla_value_shape>(),
+                                    ID("deconv_garbage_layouts")));
+  RunAndPrint(comp, "deconv_garbage_layouts", std::vector<float>(2 * 25),
               {{"x", image.data()}, {"w", kernel.data()}});
 }
 
