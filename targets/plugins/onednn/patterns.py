@@ -12,6 +12,8 @@ from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
 from ...specs import host_cpu_flags
 from .. import PluginPattern
+from .int8_patterns import patterns as int8_patterns
+from .isa import onednn_isa
 from .items import ITEMS, OP_KINDS, check_item  # noqa: F401  (the patterns read the items)
 from ...relax_rewrites import op_name, rewrite_functions
 
@@ -490,4 +492,4 @@ def patterns(items) -> list[PluginPattern]:
     if "transpose" in kinds:  # after the matmuls, which take their weights' transposes
         taken += [_transpose_pattern(before, after) for before in (True, False)
                   for after in (True, False)]
-    return taken
+    return taken + int8_patterns(kinds, onednn_isa())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import tvm
 
 from ...cpu.conv_rewrites import integer_share, matmul_share, winograd_share
+from .int8_patterns import taken_share
+from .isa import onednn_isa
 
 # TVM's build computes 3x3 stride-1 convolutions by Winograd (targets.cpu.conv_rewrites), with
 # fewer multiplications than oneDNN's direct ones: a graph with this share of its multiply-adds
@@ -16,17 +18,22 @@ WINOGRAD_SHARE_FOR_TVM = 0.35
 # matmuls (a transformer) faster than oneDNN's matmuls with TVM's code between its regions.
 MATMUL_SHARE_FOR_TVM = 0.95
 
-# The plugin's convolutions and matmuls are float32's: a graph whose products accumulate
-# integers (an int8 model) keeps them in TVM, and oneDNN regions between them (its pools and
-# concatenations) only add region boundaries.
+# A graph whose products accumulate integers (an int8 model) keeps them in TVM where
+# oneDNN's int8 primitives do not take most of them here (int8_patterns.py): oneDNN regions
+# between them (its pools and concatenations) would only add region boundaries. Where they
+# do, the rules below (float32 facts) do not apply.
 INTEGER_SHARE_FOR_TVM = 0.5
 
 
 def declines(mod: tvm.IRModule) -> str | None:
     share = integer_share(mod["main"])
     if share >= INTEGER_SHARE_FOR_TVM:
-        return (f"{share:.0%} of its multiply-adds are in integer products, which oneDNN's "
-                f"float32 primitives here do not take (the line is {INTEGER_SHARE_FOR_TVM:.0%})")
+        taken, why = taken_share(mod["main"], onednn_isa())
+        if taken >= INTEGER_SHARE_FOR_TVM:
+            return None
+        return (f"{share:.0%} of its multiply-adds are in integer products, of which oneDNN's "
+                f"int8 primitives here take {taken:.0%} ({why}; the line is "
+                f"{INTEGER_SHARE_FOR_TVM:.0%})")
     share = winograd_share(mod["main"])
     if share >= WINOGRAD_SHARE_FOR_TVM:
         return (f"{share:.0%} of its multiply-adds are in 3x3 convolutions that TVM computes by "
