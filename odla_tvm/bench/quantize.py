@@ -53,11 +53,10 @@ def quantize(float_path: str, out_path: str, reduce_range: bool | None = None) -
     """Writes ``float_path`` quantized to ``out_path`` (see the module's doc) and returns
     "static" or "dynamic"; ``reduce_range``: 7-bit weights (default: where this CPU has no
     VNNI)."""
+    import onnx
     from onnxruntime import quantization as q
 
     from targets.specs import host_cpu_flags
-
-    import onnx
 
     model = read_model(float_path)
     if reduce_range is None:

@@ -60,8 +60,8 @@ def _region_source(region: relax.Function) -> tuple[str, str]:
     return name, "\n".join([
         f"static const Int8Spec {name}_spec = {_spec(region)};",
         # TVM's packed-call symbol for the function named ``name``
-        f'extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void*, const TVMFFIAny* args, '
-        "int32_t num_args, TVMFFIAny*) {",
+        (f'extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void*, const TVMFFIAny* args, '
+         "int32_t num_args, TVMFFIAny*) {"),
         f"  return odla_onednn_int8_run(&{name}_spec, args, num_args);",
         "}"])
 

@@ -10,12 +10,12 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
+from ...relax_rewrites import op_name, rewrite_functions
 from ...specs import host_cpu_flags
 from .. import PluginPattern
 from .int8_patterns import patterns as int8_patterns
 from .isa import onednn_isa
 from .items import ITEMS, OP_KINDS, check_item  # noqa: F401  (the patterns read the items)
-from ...relax_rewrites import op_name, rewrite_functions
 
 
 def _shape(expr) -> tuple[int, ...] | None:
