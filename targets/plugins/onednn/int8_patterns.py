@@ -22,7 +22,10 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
 from ...cpu.conv_rewrites import _multiply_add_share, integer_share
+from ...cpu.layouts import layout_passes
+from ...specs import CPU_LAYOUTS
 from .. import PluginPattern
+from .int8_layouts import transposes_moved
 from .isa import reaches
 
 CODEGEN = "onednn_int8"  # the composites' prefix, and relax.ext.<CODEGEN>
@@ -30,6 +33,9 @@ CODEGEN = "onednn_int8"  # the composites' prefix, and relax.ext.<CODEGEN>
 DOT_PRODUCT_ISAS = ("avx2_vnni", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx")
 # Without one: the largest weight magnitude whose u8 pair products fit int16 (255 * 2 * 64).
 MAX_WEIGHT_WITHOUT_DOT_PRODUCT = 64
+# The share of a graph's integer multiply-adds these must take for oneDNN to run the graph
+# (policy.py leaves it to TVM whole otherwise).
+MOST_TAKEN = 0.5
 _PRODUCTS = {"conv2d": "relax.nn.conv2d", "matmul": "relax.matmul"}
 
 
@@ -79,8 +85,8 @@ def product_fits(call: relax.Call, weights) -> bool:
         return False
     if call.op.name == _PRODUCTS["conv2d"]:
         attrs = call.attrs
-        return ((attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
-                and len(src_dims) == 4)
+        layouts = (attrs.data_layout, attrs.kernel_layout, attrs.out_layout or attrs.data_layout)
+        return layouts in (("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")) and len(src_dims) == 4
     return len(weights_dims) == 2 and 2 <= len(src_dims) <= 5
 
 
@@ -110,6 +116,16 @@ def patterns(kinds, isa: str) -> list[PluginPattern]:
                              lambda functions, _options, _constants: codegen(list(functions)),
                              override=True)
     return [_product_pattern(kind, isa) for kind in _PRODUCTS if kind in kinds]
+
+
+def prepare(mod: tvm.IRModule, kinds, isa: str) -> tvm.IRModule:
+    """``mod`` with its convolutions in NHWC where oneDNN's int8 primitives take most of its
+    integer products: those read and write only NHWC (in NCHW it takes its reference code),
+    and TVM's elementwise code between them follows the layout, so no tensor is reordered
+    between them. Its float32 convolutions are then TVM's (the float32 patterns take NCHW)."""
+    if "conv2d" not in kinds or taken_share(mod["main"], isa)[0] < MOST_TAKEN:
+        return mod
+    return transposes_moved(tvm.transform.Sequential(layout_passes(CPU_LAYOUTS))(mod))
 
 
 def taken_share(func: relax.Function, isa: str) -> tuple[float, str | None]:

@@ -1,6 +1,6 @@
 // What every int8 region (int8_region.h) needs at run time: its oneDNN convolution or matmul,
-// built on the region's first call and reused, with the weights packed once (again only if
-// the constant's address changes). Compiled once per machine and linked into
+// built on the region's first call and reused, with the weights packed once for each
+// constant it is called with. Compiled once per machine and linked into
 // each model library with int8 regions, like runtime.cc.
 #include <dnnl.hpp>
 #include <sched.h>
@@ -89,10 +89,11 @@ class Int8Region {
     omp_set_num_threads(thread_count());  // OpenMP keeps it per calling thread
     dnnl::stream stream(cpu_engine());
     void* weights = data(args[spec_.weights]);
-    if (weights != packed_from_) {
+    auto packed = packed_.find(weights);
+    if (packed == packed_.end()) {
       memory source(weights_plain_, cpu_engine(), weights);
-      dnnl::reorder(source, packed_).execute(stream, source, packed_);
-      packed_from_ = weights;
+      packed = packed_.emplace(weights, memory(weights_desc_, cpu_engine())).first;
+      dnnl::reorder(source, packed->second).execute(stream, source, packed->second);
     }
     memory src(src_plain_, cpu_engine(), data(args[spec_.src]));
     if (src_ != nullptr) {
@@ -102,7 +103,7 @@ class Int8Region {
     memory output(dst_plain_, cpu_engine(), data(args[spec_.param_count]));
     memory dst = dst_ != nullptr ? *dst_ : output;
     std::unordered_map<int, memory> arguments{
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, packed_}, {DNNL_ARG_DST, dst}};
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, packed->second}, {DNNL_ARG_DST, dst}};
     primitive_.execute(stream, arguments);
     if (dst_ != nullptr) dnnl::reorder(*dst_, output).execute(stream, *dst_, output);
     stream.wait();
@@ -111,13 +112,20 @@ class Int8Region {
  private:
   void build() {
     const dt src_type = spec_.src_signed ? dt::s8 : dt::u8, dst_type = dt::s32;
-    memory::desc src_desc, weights_desc, dst_desc;
+    memory::desc src_desc, dst_desc;
     if (spec_.kind == Int8Spec::kConv) {
       memory::dims src = to_dims(spec_.src_dims), weights = to_dims(spec_.weights_dims),
                    dst = to_dims(spec_.dst_dims);
-      src_plain_ = plain(src, src_type);
-      weights_plain_ = plain(weights, dt::s8);
-      dst_plain_ = plain(dst, dst_type);
+      if (spec_.channels_last) {  // NHWC data, OHWI weights ((G, O/G, KH, KW, I/G) grouped)
+        using tag = memory::format_tag;
+        src_plain_ = memory::desc(src, src_type, tag::acdb);
+        weights_plain_ = memory::desc(weights, dt::s8, weights.size() == 5 ? tag::abdec : tag::acdb);
+        dst_plain_ = memory::desc(dst, dst_type, tag::acdb);
+      } else {
+        src_plain_ = plain(src, src_type);
+        weights_plain_ = plain(weights, dt::s8);
+        dst_plain_ = plain(dst, dst_type);
+      }
       dnnl::convolution_forward::primitive_desc pd(
           cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
           any(src, src_type), any(weights, dt::s8), memory::desc(), any(dst, dst_type),
@@ -125,7 +133,7 @@ class Int8Region {
           memory::dims(spec_.dilates, spec_.dilates + 2),
           memory::dims(spec_.pad_l, spec_.pad_l + 2), memory::dims(spec_.pad_r, spec_.pad_r + 2));
       primitive_ = dnnl::convolution_forward(pd);
-      src_desc = pd.src_desc(), weights_desc = pd.weights_desc(), dst_desc = pd.dst_desc();
+      src_desc = pd.src_desc(), weights_desc_ = pd.weights_desc(), dst_desc = pd.dst_desc();
     } else {
       memory::dims src = rows(spec_.src_dims), dst = rows(spec_.dst_dims),
                    weights = to_dims(spec_.weights_dims);
@@ -135,18 +143,19 @@ class Int8Region {
       dnnl::matmul::primitive_desc pd(cpu_engine(), src_plain_, any(weights, dt::s8),
                                       dst_plain_);
       primitive_ = dnnl::matmul(pd);
-      src_desc = pd.src_desc(), weights_desc = pd.weights_desc(), dst_desc = pd.dst_desc();
+      src_desc = pd.src_desc(), weights_desc_ = pd.weights_desc(), dst_desc = pd.dst_desc();
     }
-    packed_ = memory(weights_desc, cpu_engine());
     if (src_desc != src_plain_) src_ = std::make_unique<memory>(src_desc, cpu_engine());
     if (dst_desc != dst_plain_) dst_ = std::make_unique<memory>(dst_desc, cpu_engine());
   }
 
   Int8Spec spec_;
-  memory::desc src_plain_, weights_plain_, dst_plain_;  // TVM's row-major tensors
+  memory::desc src_plain_, weights_plain_, dst_plain_;  // TVM's tensors, as they are
   dnnl::primitive primitive_;
-  memory packed_;                         // the weights in the layout the primitive chose
-  void* packed_from_ = nullptr;           // the constant they were packed from
+  memory::desc weights_desc_;             // the layout the primitive chose for the weights
+  // The weights packed in that layout, by the constant's address: TVM calls one region from
+  // each place the graph repeats its product, each with its own weights.
+  std::unordered_map<void*, memory> packed_;
   std::unique_ptr<memory> src_, dst_;     // the source and result in the primitive's layouts,
                                           // where those are not TVM's
   std::mutex mutex_;

@@ -21,6 +21,11 @@ def _dims_init(dims) -> str:
     return f"{{{len(dims)}, {_list(dims)}}}"  # int8_region.h's Dims
 
 
+def _nchw(dims):
+    """NHWC (or OHWI) dims in NCHW's (OIHW's) order."""
+    return (dims[0], dims[3], dims[1], dims[2])
+
+
 def _spec(region: relax.Function) -> str:
     """The region's Int8Spec initializer: one product, its source and weights parameters."""
     steps, results = composite_steps(region)
@@ -30,11 +35,15 @@ def _spec(region: relax.Function) -> str:
     step = steps[0]
     call = step.calls[0]
     src, weights = (step.inputs[index] for _, index in step.arguments[0])
+    src_dims, weights_dims, dst_dims = _dims(call.args[0]), _dims(call.args[1]), _dims(call)
+    channels_last = call.op.name == "relax.nn.conv2d" and call.attrs.data_layout == "NHWC"
+    if channels_last:  # oneDNN names dims NCHW and OIHW whatever the layout
+        src_dims, dst_dims = (_nchw(d) for d in (src_dims, dst_dims))
+        weights_dims = _nchw(weights_dims)
     fields = {"param_count": str(len(region.params)), "src": str(src[1]),
               "src_signed": "true" if str(call.args[0].ty.dtype) == "int8" else "false",
-              "weights": str(weights[1]), "src_dims": _dims_init(_dims(call.args[0])),
-              "dst_dims": _dims_init(_dims(call))}
-    weights_dims = _dims(call.args[1])
+              "weights": str(weights[1]), "channels_last": str(channels_last).lower(),
+              "src_dims": _dims_init(src_dims), "dst_dims": _dims_init(dst_dims)}
     if call.op.name == "relax.nn.conv2d":
         attrs = call.attrs
         groups = int(attrs.groups)
@@ -51,7 +60,7 @@ def _spec(region: relax.Function) -> str:
     return "{" + ", ".join(f".{name} = {value}" for name, value in ordered) + "}"
 
 
-_SPEC_FIELDS = ("kind", "param_count", "src", "src_signed", "weights", "src_dims",
+_SPEC_FIELDS = ("kind", "param_count", "src", "src_signed", "weights", "channels_last", "src_dims",
                 "weights_dims", "dst_dims", "strides", "dilates", "pad_l", "pad_r")  # in order
 
 
