@@ -85,6 +85,17 @@ def quantize(float_path: str, out_path: str, reduce_range: bool | None = None) -
     return "static" if static else "dynamic"
 
 
+def float32_outputs(path: str, feeds: dict, threads: int) -> list:
+    """onnxruntime's outputs of the float32 file the quantized ``path`` was made from."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(float_model(path), options,
+                                           providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
 def float_model(path: str) -> str:
     """The float32 file the quantized model in ``path`` was made from (FLOAT_MODEL_KEY); an
     OdlaError where it names none or that file is gone."""

@@ -9,7 +9,9 @@ from .accuracy import Accuracy
 
 # A path's outputs match where they lie this close to onnxruntime's.
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
-PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached")
+PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached", "float32")
+INT8 = "int8"  # the bench's precision of files quantized by onnxruntime (quantize.py)
+FLOAT32_PATH = "float32"  # in int8: DEFAULT on the float32 file the quantized one was made of
 # Processes that measure the cached path's load + first run, and onnxruntime's (the median).
 FIRST_RESULT_PROCESSES = 3
 
@@ -57,7 +59,7 @@ class ModelResult:
     tuning_trials: int = 0  # trials the database's run log spent on this model
     tuning_minutes: float = 0.0
     error: str = ""  # the model did not run (onnxruntime, the reference, failed)
-    precision: str | None = None  # the ODLA and OpenVINO paths' ("bf16", "fp16"; None: fp32)
+    precision: str | None = None  # the ODLA and OpenVINO paths' ("bf16", "fp16", "int8"; None: fp32)
 
     def seconds(self, path: str) -> float | None:
         return self.paths[path].seconds if path in self.paths else None

@@ -15,7 +15,7 @@ import sys
 import time
 
 ODLA_PATHS = {"default": "DEFAULT", "tvm": "INTEL_X86", "tuned": "INTEL_X86",
-              "cached": "DEFAULT"}
+              "cached": "DEFAULT", "float32": "DEFAULT"}
 # OpenVINO's INFERENCE_PRECISION_HINT for the job's precision (odla_tvm.session.PRECISIONS).
 OPENVINO_HINTS = {None: "f32", "fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
