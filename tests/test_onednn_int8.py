@@ -263,3 +263,72 @@ def test_a_dynamically_quantized_transformer_block_agrees_with_onnxruntime(tmp_p
     assert got.dtype == np.float32 and got.shape == exact.shape
     assert np.abs(got - exact).max() <= np.abs(theirs - exact).max() * 1.01 + 1e-6
     assert calls == (5 if _taken_here() else 0)
+
+
+_CLASS_OF_LIMIT = {"AVX2": "avx2", "AVX2_VNNI": "avx2_vnni", "AVX512_CORE": "avx512_core",
+                   "AVX512_CORE_VNNI": "avx512_core_vnni", "AVX512_CORE_BF16": "avx512_core_bf16",
+                   "AVX512_CORE_AMX": "avx512_core_amx"}
+_IMPLEMENTATIONS = """
+import json
+from targets.plugins.onednn import int8_impl as i
+from targets.plugins.onednn.isa import onednn_isa
+print(json.dumps([onednn_isa(),
+    i.conv_implementation("uint8", (1, 64, 28, 28), (64, 64, 3, 3), (1, 64, 28, 28), (1, 1),
+                          (0, 0), (1, 1), (1, 1)),
+    i.conv_implementation("int8", (1, 64, 28, 28), (64, 1, 1, 3, 3), (1, 64, 28, 28), (1, 1),
+                          (0, 0), (1, 1), (1, 1)),
+    i.conv_implementation("uint8", (1, 24, 14, 14), (4, 28, 6, 1, 1), (1, 112, 14, 14), (1, 1),
+                          (0, 0), (0, 0), (0, 0)),
+    i.matmul_implementation("uint8", 128, 768, 256)]))
+"""
+
+
+@needs_onednn
+@pytest.mark.parametrize("limit", list(_CLASS_OF_LIMIT))
+def test_onednn_picks_the_kernels_of_each_class_it_is_lowered_to(limit):
+    """ONEDNN_MAX_CPU_ISA lowers the class oneDNN reaches (never raises it): in a process so
+    lowered, a dense and a depthwise convolution and a matmul get the class's own kernels, no
+    reference code; a grouped 1x1 convolution of 6 channels a group gets only the reference
+    code on AVX2 (which the plugin leaves to TVM)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if not isa_reaches_here(_CLASS_OF_LIMIT[limit]):
+        pytest.skip(f"this CPU reaches {onednn_isa()}, below {_CLASS_OF_LIMIT[limit]}")
+    out = subprocess.run([sys.executable, "-c", _IMPLEMENTATIONS], capture_output=True, text=True,
+                         check=True, env={**os.environ, "ONEDNN_MAX_CPU_ISA": limit}).stdout
+    isa, dense, depthwise, grouped, matmul = json.loads(out.splitlines()[-1])
+    assert isa == _CLASS_OF_LIMIT[limit]
+    for found in (dense, depthwise, matmul):
+        assert found is not None and not found.startswith("ref"), (limit, found)
+    assert "avx2" in dense if isa == "avx2" else isa.removesuffix("_amx") in dense.replace(
+        "avx512_core_amx", "avx512_core"), dense
+    if isa == "avx2":
+        assert grouped.startswith("ref")
+
+
+def isa_reaches_here(isa: str) -> bool:
+    from targets.plugins.onednn.isa import reaches
+
+    return reaches(onednn_isa(), isa)
+
+
+@needs_onednn
+def test_a_product_onednn_would_run_by_reference_code_stays_with_tvm(caplog):
+    """A grouped 1x1 ConvInteger of 6 channels a group: oneDNN's reference code on AVX2, so
+    TVM's (one log line says why: here the policy's, as it is the graph's only product);
+    exact either way."""
+    xq, x_zero = _levels((1, 24, 7, 7), U8), np.array(9, U8)
+    wq = _levels((112, 6, 1, 1), I8, *SEVEN_BITS)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], group=4)
+    model = _model([node], {"x": xq}, "y", TensorProto.INT32, {"w": wq, "xz": x_zero})
+    with caplog.at_level("INFO"):
+        got, calls = _run(model, {"x": xq})
+    np.testing.assert_array_equal(got, _conv_reference(xq, x_zero, wq, 1, 0, 4, 1).astype(np.int32))
+    reference_code = [r.getMessage() for r in caplog.records if "reference code" in r.getMessage()]
+    if onednn_isa() == "avx2":
+        assert calls == 0 and len(reference_code) == 1 and "ref" in reference_code[0]
+    else:
+        assert calls == (0 if reference_code else 1)

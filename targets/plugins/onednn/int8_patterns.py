@@ -15,6 +15,8 @@ so that MergeCompositeFunctions never merges one into a float32 region.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -25,8 +27,11 @@ from ...cpu.conv_rewrites import _multiply_add_share, integer_share
 from ...cpu.layouts import layout_passes
 from ...specs import CPU_LAYOUTS
 from .. import PluginPattern
+from . import int8_impl
 from .int8_layouts import transposes_moved
 from .isa import reaches
+
+log = logging.getLogger(__name__)
 
 CODEGEN = "onednn_int8"  # the composites' prefix, and relax.ext.<CODEGEN>
 # oneDNN's ISAs (isa.onednn_isa) with a dot product accumulating 8-bit products in 32 bits.
@@ -90,12 +95,68 @@ def product_fits(call: relax.Call, weights) -> bool:
     return len(weights_dims) == 2 and 2 <= len(src_dims) <= 5
 
 
+def _nchw(dims):
+    """NHWC (or OHWI) dims in NCHW's (OIHW's) order."""
+    return (dims[0], dims[3], dims[1], dims[2])
+
+
+def primitive_of(call: relax.Call) -> dict:
+    """The oneDNN primitive a product (product_fits) becomes: ``conv``, whether
+    ``channels_last``, the ``src``, ``weights`` and ``dst`` dims as oneDNN names them (NCHW and
+    OIHW whatever the layout, grouped weights (G, O/G, I/G, H, W); a matmul's (..., M, K) by
+    (K, N)), and a convolution's ``strides``, ``dilates`` (from 0), ``pad_l``, ``pad_r``."""
+    src, weights, dst = _dims(call.args[0]), _dims(call.args[1]), _dims(call)
+    if call.op.name != _PRODUCTS["conv2d"]:
+        return {"conv": False, "channels_last": False, "src": src, "weights": weights, "dst": dst}
+    attrs = call.attrs
+    channels_last = attrs.data_layout == "NHWC"
+    if channels_last:
+        src, weights, dst = _nchw(src), _nchw(weights), _nchw(dst)
+    groups = int(attrs.groups)
+    if groups > 1:  # the same bytes
+        weights = (groups, weights[0] // groups, *weights[1:])
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    return {"conv": True, "channels_last": channels_last, "src": src, "weights": weights,
+            "dst": dst, "strides": tuple(int(s) for s in attrs.strides),
+            "dilates": tuple(int(d) - 1 for d in attrs.dilation), "pad_l": (top, left),
+            "pad_r": (bottom, right)}
+
+
+def reference_code(call: relax.Call) -> str | None:
+    """Where oneDNN would compute ``call`` by its reference code here: what it would run
+    (int8_impl); else None."""
+    p = primitive_of(call)
+    src_dtype = _dtype(call.args[0])
+    if p["conv"]:
+        found = int8_impl.conv_implementation(src_dtype, p["src"], p["weights"], p["dst"],
+                                              p["strides"], p["dilates"], p["pad_l"], p["pad_r"])
+    else:
+        rows = int(np.prod(p["src"][:-1]))
+        found = int8_impl.matmul_implementation(src_dtype, rows, *p["weights"])
+    return (found or "no implementation") if int8_impl.is_reference(found) else None
+
+
+def _why_left(call: relax.Call, weights, isa: str) -> str | None:
+    """Why oneDNN leaves ``call`` (a product of ``weights``) to TVM here, None where it
+    takes it."""
+    if not _is_constant(weights) or not product_fits(call, weights):
+        return "its weights are not a constant s8 tensor"
+    why = why_not_taken(isa, _dtype(call.args[0]), weights.value.numpy())
+    if why is None and (found := reference_code(call)) is not None:
+        why = f"oneDNN would run it by its reference code ({found})"
+    return why
+
+
 def _check(isa: str):
     def check(context) -> bool:
         call, weights = context.annotated_expr["root"], context.annotated_expr["weights"]
-        if has_leaking_intermediate_variables(context) or not product_fits(call, weights):
+        if has_leaking_intermediate_variables(context):
             return False
-        return why_not_taken(isa, _dtype(call.args[0]), weights.value.numpy()) is None
+        why = _why_left(call, weights, isa)
+        if why is not None and why.startswith("oneDNN would"):
+            log.info("the oneDNN plugin leaves an int8 %s of %s to TVM: %s",
+                     call.op.name.rsplit(".", 1)[-1], _dims(call.args[0]), why)
+        return why is None
     return check
 
 
@@ -139,9 +200,7 @@ def taken_share(func: relax.Function, isa: str) -> tuple[float, str | None]:
         weights = call.args[1]
         while isinstance(weights, relax.Var) and lookup(weights) is not None:
             weights = lookup(weights)
-        why = ("its weights are not a constant s8 tensor" if not _is_constant(weights)
-               or not product_fits(call, weights)
-               else why_not_taken(isa, _dtype(call.args[0]), weights.value.numpy()))
+        why = _why_left(call, weights, isa)
         left.extend([why] if why else [])
         return why is None
 

@@ -10,20 +10,15 @@ import tvm
 from tvm import relax
 
 from .. import composite_steps, static_library
-from .int8_patterns import CODEGEN, _dims
+from .int8_patterns import CODEGEN, primitive_of
 from .library import include_dir
-from .source_writer import _list, _pads, _source_dir
+from .source_writer import _list, _source_dir
 
 CALLS_FUNCTION = "odla_onednn_int8_calls"  # exported: how many int8 regions oneDNN has run
 
 
 def _dims_init(dims) -> str:
     return f"{{{len(dims)}, {_list(dims)}}}"  # int8_region.h's Dims
-
-
-def _nchw(dims):
-    """NHWC (or OHWI) dims in NCHW's (OIHW's) order."""
-    return (dims[0], dims[3], dims[1], dims[2])
 
 
 def _spec(region: relax.Function) -> str:
@@ -35,27 +30,14 @@ def _spec(region: relax.Function) -> str:
     step = steps[0]
     call = step.calls[0]
     src, weights = (step.inputs[index] for _, index in step.arguments[0])
-    src_dims, weights_dims, dst_dims = _dims(call.args[0]), _dims(call.args[1]), _dims(call)
-    channels_last = call.op.name == "relax.nn.conv2d" and call.attrs.data_layout == "NHWC"
-    if channels_last:  # oneDNN names dims NCHW and OIHW whatever the layout
-        src_dims, dst_dims = (_nchw(d) for d in (src_dims, dst_dims))
-        weights_dims = _nchw(weights_dims)
-    fields = {"param_count": str(len(region.params)), "src": str(src[1]),
+    p = primitive_of(call)
+    fields = {"kind": "Int8Spec::kConv" if p["conv"] else "Int8Spec::kMatmul",
+              "param_count": str(len(region.params)), "src": str(src[1]),
               "src_signed": "true" if str(call.args[0].ty.dtype) == "int8" else "false",
-              "weights": str(weights[1]), "channels_last": str(channels_last).lower(),
-              "src_dims": _dims_init(src_dims), "dst_dims": _dims_init(dst_dims)}
-    if call.op.name == "relax.nn.conv2d":
-        attrs = call.attrs
-        groups = int(attrs.groups)
-        if groups > 1:  # oneDNN's grouped weights: (G, O/G, I/G, H, W), the same bytes
-            weights_dims = (groups, weights_dims[0] // groups, *weights_dims[1:])
-        pad_l, pad_r = _pads(attrs.padding)
-        fields.update(kind="Int8Spec::kConv", strides=_list(attrs.strides),
-                      dilates=_list(int(d) - 1 for d in attrs.dilation), pad_l=_list(pad_l),
-                      pad_r=_list(pad_r))
-    else:
-        fields["kind"] = "Int8Spec::kMatmul"
-    fields["weights_dims"] = _dims_init(weights_dims)
+              "weights": str(weights[1]), "channels_last": str(p["channels_last"]).lower(),
+              **{f"{name}_dims": _dims_init(p[name]) for name in ("src", "weights", "dst")},
+              **{name: _list(p[name]) for name in ("strides", "dilates", "pad_l", "pad_r")
+                 if name in p}}
     ordered = sorted(fields.items(), key=lambda item: _SPEC_FIELDS.index(item[0]))
     return "{" + ", ".join(f".{name} = {value}" for name, value in ordered) + "}"
 
