@@ -11,46 +11,26 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import odla_tvm as odla
-import targets
 from odla_tvm.frontends import onnx as onnx_frontend
-from targets.plugins import onednn
 from targets.plugins.onednn import int8_patterns, policy
 from targets.plugins.onednn.isa import ISAS, onednn_isa
 
 try:
     from . import reference
+    from .test_onednn import needs_onednn
+    from .test_quantized_int8 import _model
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     import reference
+    from test_onednn import needs_onednn
+    from test_quantized_int8 import _model
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(64)
 U8, I8 = np.uint8, np.int8
 SEVEN_BITS = (-64, 65)  # what onnxruntime's reduce_range leaves, |w| <= 64
-
-
-def _onednn_missing() -> str:
-    try:
-        onednn.check_available()
-    except targets.PluginUnavailable as err:
-        return str(err)
-    return ""
-
-
-needs_onednn = pytest.mark.skipif(bool(_onednn_missing()), reason=_onednn_missing())
-
-
-def _model(nodes, inputs, output, output_type, initializers) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "int8",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for name, a in inputs.items()],
-        [helper.make_tensor_value_info(output, output_type, None)],
-        [numpy_helper.from_array(np.asarray(a), name) for name, a in initializers.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def _levels(shape, dtype, low=None, high=None):

@@ -3,19 +3,16 @@
 // constant it is called with. Compiled once per machine and linked into
 // each model library with int8 regions, like runtime.cc.
 #include <dnnl.hpp>
-#include <sched.h>
-
 #include <atomic>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
 
 #include "int8_region.h"
+#include "omp_threads.h"
 
 extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
 
@@ -33,18 +30,6 @@ int64_t calls() { return region_calls.load(); }
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
-}
-
-// As many threads as TVM's own pool: TVM_NUM_THREADS, else the usable cores (as runtime.cc).
-int thread_count() {
-  static const int count = [] {
-    const char* value = std::getenv("TVM_NUM_THREADS");
-    if (value != nullptr && std::atoi(value) > 0) return std::atoi(value);
-    cpu_set_t cores;
-    if (sched_getaffinity(0, sizeof(cores), &cores) == 0) return CPU_COUNT(&cores);
-    return static_cast<int>(std::thread::hardware_concurrency());
-  }();
-  return count;
 }
 
 void* data(const TVMFFIAny& arg) {
@@ -86,7 +71,7 @@ class Int8Region {
       TVM_FFI_THROW(TypeError) << "an int8 oneDNN region of " << spec_.param_count
                                << " parameters and 1 output got " << num_args << " arguments";
     ++region_calls;
-    omp_set_num_threads(thread_count());  // OpenMP keeps it per calling thread
+    omp_set_num_threads(odla_onednn::thread_count());  // OpenMP keeps it per calling thread
     dnnl::stream stream(cpu_engine());
     void* weights = data(args[spec_.weights]);
     auto packed = packed_.find(weights);

@@ -64,7 +64,7 @@ def _runtime() -> tvm.runtime.Module:
     source = resources.files("targets.plugins.onednn").joinpath("int8_runtime.cc").read_text()
     return static_library(source, [CALLS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(), "-I", folder],
-                          headers=[f"{folder}/int8_region.h"])
+                          headers=[f"{folder}/int8_region.h", f"{folder}/omp_threads.h"])
 
 
 def codegen(regions: list[relax.Function]) -> list:

@@ -315,7 +315,8 @@ def _runtime() -> tvm.runtime.Module:
     return static_library(source, [CALLS_FUNCTION, KEEP_PACKED_WEIGHTS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
                            "-I", _source_dir()],
-                          headers=[_region_header(), os.path.join(_source_dir(), "packed_store.h")])
+                          headers=[_region_header(), os.path.join(_source_dir(), "packed_store.h"),
+                                   os.path.join(_source_dir(), "omp_threads.h")])
 
 
 def codegen(regions: list[relax.Function], _items) -> list:
