@@ -312,3 +312,18 @@ def test_a_product_onednn_would_run_by_reference_code_stays_with_tvm(caplog):
         assert calls == 0 and len(reference_code) == 1 and "ref" in reference_code[0]
     else:
         assert calls == (0 if reference_code else 1)
+
+
+def test_a_graph_without_integer_convolutions_keeps_its_layouts():
+    """prepare's NHWC conversion is for convolutions: a graph of int8 matmuls (a transformer's)
+    is left as it is, its transposes where they were."""
+    a, b = np.zeros((1, 5, 48), U8), _levels((48, 16), I8, *SEVEN_BITS)
+    node = helper.make_node
+    nodes = [node("MatMulInteger", ["a", "b", "az"], ["p"]),
+             node("Transpose", ["p"], ["y"], perm=[0, 2, 1])]
+    model = _model(nodes, {"a": a}, "y", TensorProto.INT32, {"b": b, "az": np.array(3, U8)})
+    import relay_bridge
+
+    mod = relay_bridge.compute_in_integers(onnx_frontend.import_model(model).build_module())
+    assert int8_patterns.taken_share(mod["main"], "avx2")[0] == 1.0
+    assert int8_patterns.prepare(mod, ("conv2d", "matmul"), "avx2").same_as(mod)

@@ -183,8 +183,13 @@ def prepare(mod: tvm.IRModule, kinds, isa: str) -> tvm.IRModule:
     """``mod`` with its convolutions in NHWC where oneDNN's int8 primitives take most of its
     integer products: those read and write only NHWC (in NCHW it takes its reference code),
     and TVM's elementwise code between them follows the layout, so no tensor is reordered
-    between them. Its float32 convolutions are then TVM's (the float32 patterns take NCHW)."""
-    if "conv2d" not in kinds or taken_share(mod["main"], isa)[0] < MOST_TAKEN:
+    between them. Its float32 convolutions are then TVM's (the float32 patterns take NCHW). A
+    graph without integer convolutions (a transformer's) is kept as it is."""
+    convs = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: convs.append(e) if (
+        isinstance(e, relax.Call) and getattr(e.op, "name", "") == _PRODUCTS["conv2d"]
+        and _dtype(e) == "int32") else None)
+    if "conv2d" not in kinds or not convs or taken_share(mod["main"], isa)[0] < MOST_TAKEN:
         return mod
     return transposes_moved(tvm.transform.Sequential(layout_passes(CPU_LAYOUTS))(mod))
 
