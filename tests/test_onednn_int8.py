@@ -39,9 +39,11 @@ def _levels(shape, dtype, low=None, high=None):
                         limits.max + 1 if high is None else high, shape).astype(dtype)
 
 
-def _run(model, feeds):
-    """odla-tvm's outputs on the DEFAULT device and how many int8 regions oneDNN ran."""
-    session = odla.Session.from_onnx(model, engine_cache=False)
+def _run(model, feeds, device="DEFAULT"):
+    """odla-tvm's outputs on ``device`` (INTEL_DNNL: the plugin never leaves a graph to TVM
+    whole) and how many int8 regions oneDNN ran."""
+    session = odla.Session.from_onnx(
+        model, odla.allocate_device(device_name=odla.DeviceName[device]), engine_cache=False)
     (got,) = session.run(feeds)
     library = session.executable.module.runtime_library
     try:
@@ -89,12 +91,13 @@ def test_conv_integer_is_exact(shape):
 @needs_onednn
 @pytest.mark.parametrize("a_shape,n", [((4, 16), 8), ((2, 5, 48), 16), ((1, 3, 4, 40), 24)])
 def test_matmul_integer_is_exact(a_shape, n):
-    """MatMulInteger (a transformer's dynamically quantized product): the int32 sums."""
+    """MatMulInteger (a transformer's dynamically quantized product): the int32 sums, on
+    INTEL_DNNL (DEFAULT leaves a graph of matmuls to TVM whole, int8 or not)."""
     aq, a_zero = _levels(a_shape, U8), np.array(140, U8)
     bq = _levels((a_shape[-1], n), I8, *SEVEN_BITS)
     node = helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])
     model = _model([node], {"a": aq}, "y", TensorProto.INT32, {"b": bq, "az": a_zero})
-    got, calls = _run(model, {"a": aq})
+    got, calls = _run(model, {"a": aq}, "INTEL_DNNL")
     expected = (aq.astype(np.int64) - int(a_zero)) @ bq.astype(np.int64)
     assert got.dtype == np.int32 and got.shape == expected.shape
     np.testing.assert_array_equal(got, expected.astype(np.int32))
@@ -231,7 +234,8 @@ def _transformer_block(seq=16, width=64) -> onnx.ModelProto:
 @needs_onednn
 def test_a_dynamically_quantized_transformer_block_agrees_with_onnxruntime(tmp_path):
     """quantize_dynamic with reduce_range (what onnxruntime advises without VNNI): within the
-    error onnxruntime's own int8 shows against float32, oneDNN's matmuls running."""
+    error onnxruntime's own int8 shows against float32, oneDNN's matmuls running on
+    INTEL_DNNL; DEFAULT leaves it to TVM whole, as a float32 transformer."""
     quantization = pytest.importorskip("onnxruntime.quantization")
     onnx.save(_transformer_block(), tmp_path / "float32.onnx")
     quantization.quantize_dynamic(tmp_path / "float32.onnx", tmp_path / "int8.onnx",
@@ -239,10 +243,15 @@ def test_a_dynamically_quantized_transformer_block_agrees_with_onnxruntime(tmp_p
     feeds = {"x": np.random.default_rng(2).standard_normal((1, 16, 64)).astype(np.float32)}
     (exact,) = ort.InferenceSession(tmp_path / "float32.onnx").run(None, feeds)
     (theirs,) = ort.InferenceSession(tmp_path / "int8.onnx").run(None, feeds)
-    got, calls = _run(onnx.load(tmp_path / "int8.onnx"), feeds)
+    quantized = onnx.load(tmp_path / "int8.onnx")
+    got, calls = _run(quantized, feeds, "INTEL_DNNL")
     assert got.dtype == np.float32 and got.shape == exact.shape
     assert np.abs(got - exact).max() <= np.abs(theirs - exact).max() * 1.01 + 1e-6
     assert calls == (5 if _taken_here() else 0)
+    import relay_bridge
+
+    mod = relay_bridge.compute_in_integers(onnx_frontend.import_model(quantized).build_module())
+    assert "in matmuls" in policy.declines(mod)
 
 
 _CLASS_OF_LIMIT = {"AVX2": "avx2", "AVX2_VNNI": "avx2_vnni", "AVX512_CORE": "avx512_core",
