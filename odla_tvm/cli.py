@@ -14,6 +14,7 @@ from . import gpu_device
 from .bench import driver as bench_driver
 from .bench import report as bench_report
 from .bench.models import LIGHT_MODELS, model_files
+from .bench.quantize import float_model
 from .bench.timing import call_overhead
 from .bundle import check_destination as check_bundle_destination
 from .bundle import export as export_bundle
@@ -318,7 +319,11 @@ def rpc_server(args) -> None:
 def check_bench(args) -> None:
     for path in args.files:
         check_input_file(path, "model file")
-    check_precision(args.precision)
+    if args.precision == "int8":  # files quantized by onnxruntime, each naming its float32 one
+        for path in args.files:
+            float_model(path)
+    else:
+        check_precision(args.precision)
     try:
         model_files(names=args.models or [])
     except OdlaError as err:
@@ -503,7 +508,10 @@ def main(argv=None) -> int:
                               "an earlier bench report only); the chart goes beside it as .png")
     bench_parser.add_argument("--force", action="store_true",
                               help="replace the -o files even if they are no bench report")
-    add_precision_argument(bench_parser)
+    bench_parser.add_argument("--precision", metavar="fp32|bf16|fp16|int8",
+                              help="as for export; int8: MODEL files quantized by "
+                              "scripts/quantize_models.py, run as they are, accuracy against "
+                              "the float32 file each names")
     cache_parser = commands.add_parser(
         "cache", help="list or clear the compiled engines kept by Session.from_onnx")
     cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")

@@ -9,7 +9,10 @@ a served process does). Only ``tuned`` sees tuning records; every path gets the 
 and threads, and they are timed in turns (timing.latency_in_turns) so that drift in the
 machine's load reaches each alike. In a reduced precision, the ODLA paths and OpenVINO compute
 in it (onnxruntime, the reference, in float32), and each path's accuracy against
-onnxruntime's outputs is noted.
+onnxruntime's outputs is noted. In int8 (``--precision int8``) every path runs the quantized
+file as it is (made by quantize.py), accuracy is against the float32 file's outputs on
+onnxruntime, the cached path is left out and ``float32`` (DEFAULT on the float32 file) is
+timed in the turns too.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from ..types import OdlaError, Status, check_count
 from .accuracy import accuracy
 from .models import LIGHT_MODELS, model_files, model_inputs, read_model
 from .process import PathProcess
-from .results import (FIRST_RESULT_PROCESSES, MATCH_ATOL, MATCH_RTOL, PATHS, ModelResult,
-                      PathResult)
+from .quantize import float32_outputs, float_model
+from .results import (FIRST_RESULT_PROCESSES, FLOAT32_PATH, INT8, MATCH_ATOL, MATCH_RTOL,
+                      PATHS, ModelResult, PathResult)
 from .timing import latency_alone, latency_in_turns
 
 log = logging.getLogger(__name__)
@@ -76,11 +80,14 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
     tuning_dir = cache_dir if cache_dir is not None else default_cache_dir()
     processes: dict[str, PathProcess] = {}
     expected = None
+    # int8: every path runs the quantized file as it is; accuracy is against float32's.
+    compiled_in = None if precision == INT8 else precision
+    float32 = float32_outputs(model_path, feeds, threads) if precision == INT8 else None
 
-    def start(path: str, cache: str) -> PathProcess | None:
+    def start(path: str, cache: str, model: str = result.path) -> PathProcess | None:
         log.info("%s: %s: importing and compiling", name, path)
-        process = processes[path] = PathProcess(path, result.path, feeds, threads, cache,
-                                                None if path == "fp32" else precision)
+        process = processes[path] = PathProcess(path, model, feeds, threads, cache,
+                                                None if path == FLOAT32_PATH else compiled_in)
         ready = process.ready
         result.paths[path] = PathResult(load_s=ready.get("load_s"), target=ready.get("target", ""),
                                         error=process.error,
@@ -91,10 +98,12 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
         if process.error:
             stop(path)
             return None
-        if expected is not None:
+        if float32 is not None and path != FLOAT32_PATH:
+            result.paths[path].accuracy = accuracy(ready["outputs"], float32)
+        if expected is not None and float32 is None:
             outputs = ready.pop("outputs")
             result.paths[path].match = _matches(outputs, expected)
-            if precision is not None:
+            if precision is not None and float32 is None:
                 result.paths[path].accuracy = accuracy(outputs, expected)
         return process
 
@@ -114,10 +123,12 @@ def bench_model(name: str, model_path: str, threads: int = 2, runs: int = 5, cac
                 result.paths["tvm"].seconds, result.paths["tvm"].runs = latency
                 result.paths["tvm"].checks_s = tvm.checks(1)
                 stop("tvm")
-            if start("default", engines) is not None:  # keeps its engine, as a first load does
+            if start("default", engines) is not None and float32 is None:  # keeps its engine
                 start("cached", engines)  # reads it; timed in the turns beside default
-            if precision is not None:
-                start("fp32", engines)  # what the precision is measured against
+            if float32 is not None:  # odla-tvm's float32 build of the file quantized
+                start(FLOAT32_PATH, engines, float_model(model_path))
+            elif precision is not None:
+                start(FLOAT32_PATH, engines)  # what the precision is measured against
             missing = openvino_missing()
             if missing:
                 result.paths["openvino"] = PathResult(error=missing)

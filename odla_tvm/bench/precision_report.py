@@ -10,7 +10,7 @@ from statistics import geometric_mean
 from targets.plugins.onednn.isa import onednn_isa
 from targets.specs import host_cpu_flags
 
-from .results import ModelResult, ms
+from .results import FLOAT32_PATH, INT8, ModelResult, ms
 from .worker import OPENVINO_HINTS
 
 # The CPU classes reduced precision differs by, highest first, and the /proc/cpuinfo flag
@@ -35,14 +35,14 @@ def _error(result: ModelResult, path: str) -> str:
 
 
 def precision_section(results: list[ModelResult]) -> list[str]:
-    """Empty in a float32 run."""
+    """Empty in a float32 run and in an int8 one (int8_section's)."""
     precision = next((r.precision for r in results if r.precision), None)
-    if precision is None:
+    if precision in (None, INT8):
         return []
     hint = OPENVINO_HINTS.get(precision, precision)  # int8 files need no hint
     ok = [r for r in results if not r.error]
-    ours = [r.seconds("default") / r.seconds("fp32") for r in ok
-            if r.seconds("default") and r.seconds("fp32")]
+    ours = [r.seconds("default") / r.seconds(FLOAT32_PATH) for r in ok
+            if r.seconds("default") and r.seconds(FLOAT32_PATH)]
     theirs = [r.seconds("default") / r.seconds("openvino") for r in ok
               if r.seconds("default") and r.seconds("openvino")]
     cpu = cpu_class()
@@ -60,8 +60,8 @@ def precision_section(results: list[ModelResult]) -> list[str]:
               f"| {precision} / openvino | error ({precision} / fp32 / openvino) |"),
               "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in ok:
-        lines.append(f"| {r.name} | {ms(r.seconds('default'))} | {ms(r.seconds('fp32'))} | "
-                     f"{_ratio(r.seconds('default'), r.seconds('fp32'))} | "
+        lines.append(f"| {r.name} | {ms(r.seconds('default'))} | {ms(r.seconds(FLOAT32_PATH))} | "
+                     f"{_ratio(r.seconds('default'), r.seconds(FLOAT32_PATH))} | "
                      f"{ms(r.seconds('openvino'))} | "
                      f"{_ratio(r.seconds('default'), r.seconds('openvino'))} | "
                      f"{' / '.join(_error(r, p) for p in ('default', 'fp32', 'openvino'))} |")

@@ -16,8 +16,9 @@ from ..version import odla_tvm_version
 from .cached_section import cached_section
 from .driver import BENCH_EXTRA, IN_TURNS, IN_TURNS_MAX_S
 from .models import TARGET_MODELS
+from .int8_section import int8_section
 from .precision_report import precision_section
-from .results import MATCH_ATOL, MATCH_RTOL, ModelResult, ms
+from .results import INT8, MATCH_ATOL, MATCH_RTOL, ModelResult, ms
 from .timing import ALONE_BUDGET_S, SLOW_RUN_S
 from .worker import OPENVINO_HINTS
 
@@ -128,7 +129,7 @@ def _table_section(results: list[ModelResult]) -> list[str]:
 def _accuracy_section(results: list[ModelResult]) -> list[str]:
     """In a reduced precision: each path's outputs against the float32 model's."""
     rows = [(r.name, p, result.accuracy) for r in results for p, result in r.paths.items()
-            if result.accuracy is not None]
+            if result.accuracy is not None and r.precision != INT8]  # int8: its own section
     if not rows:
         return []
     precision = next(r.precision for r in results if r.precision)
@@ -261,7 +262,7 @@ def report(results: list[ModelResult], overhead: dict[str, float], threads: int,
     ``chart``: the chart's file name beside the report (None: ``why_no_chart``)."""
     lines = (_machine_section(threads, seconds, load) + _table_section(results)
              + _accuracy_section(results) + precision_section(results)
-             + _notes_section(results) + _geo_mean_section(results)
+             + int8_section(results) + _notes_section(results) + _geo_mean_section(results)
              + cached_section(results) + _chart_section(chart, why_no_chart)
              + _tuned_section(results, cache_dir)
              + overhead_section(overhead))

@@ -9,8 +9,11 @@ from .accuracy import Accuracy
 
 # A path's outputs match where they lie this close to onnxruntime's.
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4
-# fp32: in a reduced precision, the DEFAULT device in float32 (precision_report's baseline).
+# fp32: in a reduced precision, the DEFAULT device in float32 (the precision sections' baseline;
+# in int8, on the float32 file the quantized one was made of).
 PATHS = ("default", "tvm", "onnxruntime", "openvino", "tuned", "cached", "fp32")
+INT8 = "int8"  # the bench's precision of files quantized by onnxruntime (quantize.py)
+FLOAT32_PATH = "fp32"
 # Processes that measure the cached path's load + first run, and onnxruntime's (the median).
 FIRST_RESULT_PROCESSES = 3
 
@@ -58,7 +61,7 @@ class ModelResult:
     tuning_trials: int = 0  # trials the database's run log spent on this model
     tuning_minutes: float = 0.0
     error: str = ""  # the model did not run (onnxruntime, the reference, failed)
-    precision: str | None = None  # the ODLA and OpenVINO paths' ("bf16", "fp16"; None: fp32)
+    precision: str | None = None  # the ODLA and OpenVINO paths' ("bf16", "fp16", "int8"; None: fp32)
 
     def seconds(self, path: str) -> float | None:
         return self.paths[path].seconds if path in self.paths else None

@@ -10,10 +10,14 @@ from tvm import relax
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
+from ...relax_rewrites import op_name, rewrite_functions
 from ...specs import host_cpu_flags
 from .. import PluginPattern
+from .int8_patterns import patterns as int8_patterns
+from .int8_patterns import prepare as int8_prepare
+from .int8_source_writer import register as register_int8_codegen
+from .isa import onednn_isa
 from .items import ITEMS, OP_KINDS, check_item  # noqa: F401  (the patterns read the items)
-from ...relax_rewrites import op_name, rewrite_functions
 
 
 def _shape(expr) -> tuple[int, ...] | None:
@@ -453,7 +457,9 @@ class _ChannelScales(relax.expr_functor.PyExprMutator):
 def prepare(mod: tvm.IRModule, items) -> tvm.IRModule:
     """Channel scales after concatenations and pools as depthwise convolutions
     (_ChannelScales), where oneDNN takes convolutions; then every binding in a dataflow block,
-    where FuseOpsByPattern looks (a graph of a single op is built without one)."""
+    where FuseOpsByPattern looks (a graph of a single op is built without one). An int8
+    graph's convolutions first go to NHWC (int8_patterns.prepare)."""
+    mod = int8_prepare(mod, items.get("onednn.ops", OP_KINDS), onednn_isa())
     if "conv2d" in items.get("onednn.ops", OP_KINDS):
         mod = rewrite_functions(mod, lambda m, _f: _ChannelScales(m))
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
@@ -490,4 +496,5 @@ def patterns(items) -> list[PluginPattern]:
     if "transpose" in kinds:  # after the matmuls, which take their weights' transposes
         taken += [_transpose_pattern(before, after) for before in (True, False)
                   for after in (True, False)]
-    return taken
+    register_int8_codegen()
+    return taken + int8_patterns(kinds, onednn_isa())

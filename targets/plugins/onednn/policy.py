@@ -7,6 +7,8 @@ import tvm
 from ...cpu.conv_rewrites import integer_share, matmul_share, winograd_share
 from .. import PRECISION_ATTR
 from .bf16_policy import takes
+from .int8_patterns import MOST_TAKEN, taken_share
+from .isa import onednn_isa
 
 # TVM's build computes 3x3 stride-1 convolutions by Winograd (targets.cpu.conv_rewrites), with
 # fewer multiplications than oneDNN's direct ones: a graph with this share of its multiply-adds
@@ -18,17 +20,28 @@ WINOGRAD_SHARE_FOR_TVM = 0.35
 # matmuls (a transformer) faster than oneDNN's matmuls with TVM's code between its regions.
 MATMUL_SHARE_FOR_TVM = 0.95
 
-# The plugin's convolutions and matmuls are float32's: a graph whose products accumulate
-# integers (an int8 model) keeps them in TVM, and oneDNN regions between them (its pools and
-# concatenations) only add region boundaries.
+# A graph whose products accumulate integers (an int8 model) keeps them in TVM where
+# oneDNN's int8 primitives do not take most of them here (int8_patterns.py): oneDNN regions
+# between them (its pools and concatenations) would only add region boundaries. Where they
+# do, the Winograd rule below (a float32 fact) does not apply; the matmul rule does (an int8
+# transformer handed to oneDNN measured several times slower than TVM's whole build).
 INTEGER_SHARE_FOR_TVM = 0.5
 
 
 def declines(mod: tvm.IRModule) -> str | None:
     share = integer_share(mod["main"])
     if share >= INTEGER_SHARE_FOR_TVM:
-        return (f"{share:.0%} of its multiply-adds are in integer products, which oneDNN's "
-                f"float32 primitives here do not take (the line is {INTEGER_SHARE_FOR_TVM:.0%})")
+        taken, why = taken_share(mod["main"], onednn_isa())
+        if taken < MOST_TAKEN:
+            return (f"{share:.0%} of its multiply-adds are in integer products, of which "
+                    f"oneDNN's int8 primitives here take {taken:.0%} ({why}; the lines are "
+                    f"{INTEGER_SHARE_FOR_TVM:.0%} and {MOST_TAKEN:.0%})")
+        matmuls = matmul_share(mod["main"])
+        if matmuls >= MATMUL_SHARE_FOR_TVM:  # an int8 transformer, as a float32 one
+            return (f"{matmuls:.0%} of its multiply-adds are in matmuls, which TVM's build "
+                    f"runs faster with the ops between them, int8 or not (the line is "
+                    f"{MATMUL_SHARE_FOR_TVM:.0%})")
+        return None
     if PRECISION_ATTR in mod.attrs and takes(str(mod.attrs[PRECISION_ATTR])):
         return None  # the lines below are float32's: TVM's share of a bf16 graph is float32
     share = winograd_share(mod["main"])

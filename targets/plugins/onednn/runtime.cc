@@ -30,6 +30,7 @@
 #include <tvm/ffi/function.h>
 
 #include "bf16_types.h"
+#include "omp_threads.h"
 #include "packed_store.h"
 #include "page_release.h"
 #include "region.h"
@@ -52,18 +53,6 @@ inline int64_t calls() { return region_calls.load(); }
 inline dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
-}
-
-// As many threads as TVM's own thread pool uses: TVM_NUM_THREADS, else the usable cores.
-inline int thread_count() {
-  static const int count = [] {
-    const char* value = std::getenv("TVM_NUM_THREADS");
-    if (value != nullptr && std::atoi(value) > 0) return std::atoi(value);
-    cpu_set_t cores;
-    if (sched_getaffinity(0, sizeof(cores), &cores) == 0) return CPU_COUNT(&cores);
-    return static_cast<int>(std::thread::hardware_concurrency());
-  }();
-  return count;
 }
 
 inline Dims to_dims(const Shape& shape) { return Dims(shape.dims, shape.dims + shape.rank); }

@@ -13,18 +13,15 @@ from tvm import relax
 from .. import KEEP_PACKED_WEIGHTS_FUNCTION, PRECISION_ITEM, composite_steps, static_library
 from .bf16_policy import product_types
 from .library import include_dir
+from .source_files import c_list, source_dir
 from .patterns import (_is_per_channel, _shape, _transpose_axes, BINARY_POST_OPS, MAX_POST_OPS,
                        UNARY_POST_OPS)
 
 CALLS_FUNCTION = "odla_onednn_calls"  # exported: how many regions oneDNN has run in the module
 
 
-def _list(values) -> str:
-    return "{" + ", ".join(str(int(v)) for v in values) + "}"
-
-
 def _shape_init(shape) -> str:
-    return f"{{{len(shape)}, {_list(shape)}}}"  # region.h's Shape
+    return f"{{{len(shape)}, {c_list(shape)}}}"  # region.h's Shape
 
 
 def _operand(source: tuple[str, int]) -> str:
@@ -113,9 +110,9 @@ class _StepWriter:
                 "weights": _operand(self.input_of(0, 1)),
                 "src_shape": _shape_init(_shape(conv.args[0])),
                 "weights_shape": _shape_init(weights), "dst_shape": _shape_init(_shape(conv)),
-                "strides": _list(attrs.strides),
-                "dilates": _list(int(d) - 1 for d in attrs.dilation),
-                "pad_l": _list(pad_l), "pad_r": _list(pad_r),
+                "strides": c_list(attrs.strides),
+                "dilates": c_list(int(d) - 1 for d in attrs.dilation),
+                "pad_l": c_list(pad_l), "pad_r": c_list(pad_r),
                 **self.bias_and_post_ops(1, _shape(conv), 1, residual_sum=True)}
 
     def matmul(self) -> dict[str, str]:
@@ -154,7 +151,7 @@ class _StepWriter:
         src = _shape(transpose.args[0])
         return {"kind": "Step::kTranspose", "src": _operand(self.input_of(0, 0)),
                 "src_shape": _shape_init(src), "dst_shape": _shape_init(_shape(calls[-1])),
-                "axes": _list(_transpose_axes(transpose, len(src)))}
+                "axes": c_list(_transpose_axes(transpose, len(src)))}
 
     def lrn(self) -> dict[str, str]:
         """The calls: x*x, pad, the slices, their sum, * alpha/size, + k, ^beta, x / that."""
@@ -164,7 +161,7 @@ class _StepWriter:
         power = [c.op.name for c in calls].index("relax.power")  # after * alpha/size, + k
         return {"kind": "Step::kLrn", "src": _operand(self.input_of(0, 0)),
                 "src_shape": _shape_init(shape), "dst_shape": _shape_init(shape),
-                "kernel": _list([size, size]),
+                "kernel": c_list([size, size]),
                 "scale": _operand(self.other_operand(power - 2)[0]),
                 "shift": _operand(self.other_operand(power - 1)[0]),
                 "epsilon": _operand(self.other_operand(power)[0])}
@@ -226,9 +223,9 @@ class _StepWriter:
             algorithm = "pooling_avg_exclude_padding"
         return {"kind": "Step::kPool", "src": _operand(self.input_of(0, 0)),
                 "src_shape": _shape_init(src), "dst_shape": _shape_init(dst),
-                "algorithm": f"dnnl_{algorithm}", "kernel": _list(kernel),
-                "strides": _list(strides), "dilates": "{0, 0}", "pad_l": _list(pad_l),
-                "pad_r": _list(pad_r)}
+                "algorithm": f"dnnl_{algorithm}", "kernel": c_list(kernel),
+                "strides": c_list(strides), "dilates": "{0, 0}", "pad_l": c_list(pad_l),
+                "pad_r": c_list(pad_r)}
 
     def concat(self, sources_name: str) -> dict[str, str]:
         return {"kind": "Step::kConcat", "dst_shape": _shape_init(_shape(self.step.calls[0])),
@@ -286,7 +283,7 @@ def _region_source(region: relax.Function, types: tuple[str, str]) -> tuple[str,
         f"static const Shape {name}_params[] = "
         f"{{{', '.join(_shape_init(_shape(p)) for p in region.params)}}};",
         f"static const Step {name}_steps[] = {{\n    {step_lines}}};",
-        f"static const int {name}_results[] = {_list(index for _, index in results)};",
+        f"static const int {name}_results[] = {c_list(index for _, index in results)};",
         f"static const RegionSpec {name}_spec = {{{name}_params, {len(region.params)}, "
         f"{name}_steps, {len(steps)}, {name}_results, {len(results)}, {', '.join(types)}}};",
         # TVM's packed-call symbol for the function named ``name`` (what the export macros make)
@@ -298,13 +295,8 @@ def _region_source(region: relax.Function, types: tuple[str, str]) -> tuple[str,
     return name, "\n".join(lines)
 
 
-def _source_dir() -> str:
-    """This package's folder: region.h, which generated code includes, and runtime.cc."""
-    return os.fspath(resources.files("targets.plugins.onednn"))
-
-
 def _region_header() -> str:
-    return os.path.join(_source_dir(), "region.h")
+    return os.path.join(source_dir(), "region.h")
 
 
 def _runtime() -> tvm.runtime.Module:
@@ -315,8 +307,9 @@ def _runtime() -> tvm.runtime.Module:
     source = resources.files("targets.plugins.onednn").joinpath("runtime.cc").read_text()
     return static_library(source, [CALLS_FUNCTION, KEEP_PACKED_WEIGHTS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
-                           "-I", _source_dir()],
-                          headers=[_region_header(), os.path.join(_source_dir(), "packed_store.h")])
+                           "-I", source_dir()],
+                          headers=[_region_header(), os.path.join(source_dir(), "packed_store.h"),
+                                   os.path.join(source_dir(), "omp_threads.h")])
 
 
 def codegen(regions: list[relax.Function], items) -> list:
@@ -325,6 +318,6 @@ def codegen(regions: list[relax.Function], items) -> list:
     source = "\n\n".join(['#include "region.h"', "using namespace odla_onednn;", *bodies])
     # C++20 for designated initializers (each step's fields are named); -O0: tables only.
     tables = static_library(source, list(names),
-                            ["-std=c++20", "-O0", "-I", include_dir(), "-I", _source_dir()],
+                            ["-std=c++20", "-O0", "-I", include_dir(), "-I", source_dir()],
                             headers=[_region_header()])
     return [tables, _runtime()]
