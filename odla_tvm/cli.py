@@ -132,13 +132,14 @@ def _import_module(name: str):
     return module
 
 
-def check_precision(precision: str | None, model: str | None = None) -> None:
-    """--precision: a name of session.PRECISIONS, and other than fp32 only for a ``model``
-    that compiles here (not a stored executable or bundle)."""
+def check_precision(precision: str | None, model: str | None = None, also=()) -> None:
+    """--precision: a name of session.PRECISIONS (or of ``also``), and other than fp32 only
+    for a ``model`` that compiles here (not a stored executable or bundle)."""
     from .session import PRECISIONS
 
-    if precision is not None and precision not in PRECISIONS:
-        raise UsageError(f"--precision is {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    names = (*PRECISIONS, *also)
+    if precision is not None and precision not in names:
+        raise UsageError(f"--precision is {precision!r}; expected one of {', '.join(names)}")
     compiled = model is not None and not model.endswith(".onnx") and os.path.exists(model)
     if compiled and precision not in (None, "fp32"):
         raise UsageError(f"--precision {precision} applies where MODEL compiles here; "
@@ -323,7 +324,7 @@ def check_bench(args) -> None:
         for path in args.files:
             float_model(path)
     else:
-        check_precision(args.precision)
+        check_precision(args.precision, also=("int8",))
     try:
         model_files(names=args.models or [])
     except OdlaError as err:

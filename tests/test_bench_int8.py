@@ -10,6 +10,7 @@ import pytest
 from odla_tvm import OdlaError, Status
 from odla_tvm.bench import driver
 from odla_tvm.bench.quantize import FLOAT_MODEL_KEY, float_model, quantize
+from odla_tvm.bench.results import FLOAT32_PATH
 from odla_tvm.bench.report import report
 from odla_tvm.cli import main as cli
 
@@ -42,7 +43,7 @@ def test_an_int8_bench_measures_every_path_against_float32(tmp_path):
                                     cache_dir=tmp_path, seconds=0.05, precision="int8")
     assert not result.error, result.error
     assert result.precision == "int8" and "cached" not in result.paths
-    assert result.paths["float32"].seconds > 0 and result.paths["float32"].accuracy is None
+    assert result.paths[FLOAT32_PATH].seconds > 0 and result.paths[FLOAT32_PATH].accuracy is None
     compared = ["default", "tvm", "onnxruntime"] + \
         ([] if driver.openvino_missing() else ["openvino"])
     for path in compared:

@@ -73,8 +73,8 @@ MISTAKES = [
      "ODLA DeviceName: one of DEFAULT, "),
     (["run", "{model}", "--precision", "int8"], 2, "odla-tvm run: error: --precision is 'int8'; "
      "expected one of fp32, bf16, fp16"),
-    (["bench", "{model}", "--precision", "int8"], 2, "odla-tvm bench: error: --precision is "
-     "'int8'; expected one of fp32, bf16, fp16"),
+    (["bench", "{model}", "--precision", "int4"], 2, "odla-tvm bench: error: --precision is "
+     "'int4'; expected one of fp32, bf16, fp16, int8"),
     (["export", "{model}", "-o", "new", "--precision", "fp8"], 2, "odla-tvm export: error: "
      "--precision is 'fp8'; expected one of fp32, bf16, fp16"),
     (["tune", "{model}", "--precision", "half"], 2, "odla-tvm tune: error: --precision is "

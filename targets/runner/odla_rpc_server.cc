@@ -373,11 +373,13 @@ void RandomFill(DLTensor* t) {
 }
 
 // The path of a session's file `name`: a relative name inside the session's directory `dir`
-// (canonical), refused where absolute, with "..", or reaching out through a symlink.
+// (canonical), refused where absolute, with "..", or reaching out through a symlink. The empty
+// name is the directory itself, as in TVM's own server (MetaSchedule's cleanup removes it).
 std::string SessionPath(const std::filesystem::path& dir, const std::string& name) {
   namespace fs = std::filesystem;
+  if (name.empty()) return dir.string();
   const fs::path relative(name);
-  bool plain = !name.empty() && relative.is_relative() &&
+  bool plain = relative.is_relative() &&
                std::none_of(relative.begin(), relative.end(),
                             [](const fs::path& part) { return part == ".."; });
   if (!plain)
