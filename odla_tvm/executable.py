@@ -469,8 +469,8 @@ def run_from_bundle(exe: Executable, path) -> None:
     """``exe``, not yet run, runs from then on from the bundle it was just exported to at
     ``path``: its library, loaded, and its weights, memory-mapped, rather than its own build
     and weights, which it lets go. The pages of file-mapped weights that a vendor region
-    packs leave memory once packed (targets/plugins/onednn/runtime.cc), so the originals and their
-    packed copies are not both held."""
+    packs leave memory once packed (targets/plugins/onednn/weight_packing.h), so the originals
+    and their packed copies are not both held."""
     root = Path(path)
     exe.module.run_from_library(os.fspath(root / LIBRARY),
                                 _mapped_weights(root, json.loads((root / MANIFEST).read_text())))

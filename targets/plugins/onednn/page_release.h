@@ -1,5 +1,5 @@
-// Where a packed weight's source pages go once packed (runtime.cc's refresh): back to the
-// page cache where they are a file's.
+// Where a packed weight's source pages go once packed (weight_packing.h's refresh): back to
+// the page cache where they are a file's.
 #pragma once
 #include <fcntl.h>
 #include <sys/mman.h>

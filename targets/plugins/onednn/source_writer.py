@@ -18,6 +18,11 @@ from .patterns import (_is_per_channel, _shape, _transpose_axes, BINARY_POST_OPS
                        UNARY_POST_OPS)
 
 CALLS_FUNCTION = "odla_onednn_calls"  # exported: how many regions oneDNN has run in the module
+# The headers of this package runtime.cc includes, directly or not: their text is in the key
+# of its cached object, so that a change to any of them rebuilds it.
+RUNTIME_HEADERS = ("bf16_types.h", "build_conv_matmul.h", "build_primitives.h", "memory_descs.h",
+                   "omp_threads.h", "packed_store.h", "page_release.h", "region.h",
+                   "region_state.h", "region_values.h", "scratch.h", "weight_packing.h")
 
 
 def _shape_init(shape) -> str:
@@ -308,8 +313,7 @@ def _runtime() -> tvm.runtime.Module:
     return static_library(source, [CALLS_FUNCTION, KEEP_PACKED_WEIGHTS_FUNCTION],
                           ["-std=c++20", "-fvisibility=hidden", "-I", include_dir(),
                            "-I", source_dir()],
-                          headers=[_region_header(), os.path.join(source_dir(), "packed_store.h"),
-                                   os.path.join(source_dir(), "omp_threads.h")])
+                          headers=[os.path.join(source_dir(), h) for h in RUNTIME_HEADERS])
 
 
 def codegen(regions: list[relax.Function], items) -> list:
