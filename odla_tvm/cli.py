@@ -13,8 +13,8 @@ import time
 from . import gpu_device
 from .bench import driver as bench_driver
 from .bench import report as bench_report
+from .bench import scenarios as bench_scenarios
 from .bench.models import LIGHT_MODELS, model_files
-from .bench.quantize import float_model
 from .bench.timing import call_overhead
 from .bundle import check_destination as check_bundle_destination
 from .bundle import export as export_bundle
@@ -303,12 +303,10 @@ def rpc_server(args) -> None:
     except targets.ToolchainMissing as err:
         raise OdlaError(Status.DL_ERROR, str(err)) from None
     tracker, key = args.tracker or "TRACKER_HOST:9190", args.key or "KEY"
-    start = f"./odla_rpc_server --tracker {tracker} --key {key} --host BOARD_ADDRESS"
+    start = f"./odla_rpc_server --tracker {tracker} --key {key}"
     print(f"odla_rpc_server for {spec.name} ({spec.arch}), with its TVM runtime: {directory}")
     print(f"on the board: copy that directory there (scp -r {directory} BOARD:odla-rpc-server)"
           f" and in it run\n  {start}")
-    print("(it listens on 127.0.0.1 without --host; whoever reaches its port runs code on the "
-          "board: give --host the address of a network you trust)")
     if spec.arch != platform.machine():
         print(f"(to try it here: qemu-{spec.arch}-static -L /usr/{spec.arch}-linux-gnu "
               f"{directory}/odla_rpc_server --tracker {tracker} --key {key})")
@@ -319,11 +317,7 @@ def rpc_server(args) -> None:
 def check_bench(args) -> None:
     for path in args.files:
         check_input_file(path, "model file")
-    if args.precision == "int8":  # files quantized by onnxruntime, each naming its float32 one
-        for path in args.files:
-            float_model(path)
-    else:
-        check_precision(args.precision)
+    check_precision(args.precision)
     try:
         model_files(names=args.models or [])
     except OdlaError as err:
@@ -332,6 +326,13 @@ def check_bench(args) -> None:
     check_count(args.runs, 3, "--runs")
     check_count(args.batch, 1, "--batch")
     check_directory(args.cache_dir, "--cache-dir")
+    if args.scenarios:
+        check_count(args.calls, 20, "--calls")
+        args.output = args.output or os.path.join("odla-bench", "scenarios.md")
+        check_output_file(args.output, "-o", args.force or _starts_with(
+            args.output, bench_scenarios.TITLE.encode()))
+        return
+    args.output = args.output or os.path.join("odla-bench", "perf.md")
     # A bench report is replaced (the chart beside it too); any other file only with --force.
     ours = args.force or _starts_with(args.output, bench_report.TITLE.encode())
     check_output_file(args.output, "-o", ours)
@@ -343,6 +344,12 @@ def bench(args) -> None:
     # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet
     # (each path's own process gets it too).
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    if args.scenarios:
+        results = bench_scenarios.scenario_bench(
+            models, args.threads, args.calls,
+            on_result=lambda result: print(bench_scenarios.summary(result), flush=True))
+        _write_report(args.output, bench_scenarios.report(results, args.threads))
+        return
     started, load = time.monotonic(), os.getloadavg()[0]
     results = bench_driver.bench_models(
         models, args.threads, args.runs, args.cache_dir, args.batch,
@@ -355,10 +362,16 @@ def bench(args) -> None:
     text = bench_report.report(results, overhead, args.threads, time.monotonic() - started,
                             (load, os.getloadavg()[0]), args.cache_dir,
                             None if why_no_chart else os.path.basename(chart_path), why_no_chart)
-    with open(args.output, "w") as f:
+    _write_report(args.output, text, None if why_no_chart else chart_path)
+
+
+def _write_report(path: str, text: str, chart_path: str | None = None) -> None:
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
         f.write(text)
     print(text)
-    print(f"written to {args.output}" + ("" if why_no_chart else f" and {chart_path}"))
+    print(f"written to {path}" + ("" if chart_path is None else f" and {chart_path}"))
 
 
 def check_cache(args) -> None:
@@ -503,15 +516,19 @@ def main(argv=None) -> int:
                               help="the size of a symbolic first input dim")
     bench_parser.add_argument("--cache-dir", help="where the tuning database of the tuned "
                               "column is (as for tune); the other paths use no records")
-    bench_parser.add_argument("-o", "--output", default=os.path.join("odla-bench", "perf.md"),
-                              help="the report (default odla-bench/perf.md here; it replaces "
-                              "an earlier bench report only); the chart goes beside it as .png")
+    bench_parser.add_argument("-o", "--output",
+                              help="the report (default odla-bench/perf.md here, "
+                              "odla-bench/scenarios.md with --scenarios; it replaces an "
+                              "earlier report of its kind only); the chart goes beside it as .png")
+    bench_parser.add_argument("--scenarios", action="store_true",
+                              help="time odla-tvm and onnxruntime quiet, right after a NumPy "
+                              "matmul, alternated, and two odla-tvm models alternated, in one "
+                              "process per model, instead of the paths")
+    bench_parser.add_argument("--calls", type=int, default=30,
+                              help="calls per scenario with --scenarios (>= 20)")
     bench_parser.add_argument("--force", action="store_true",
                               help="replace the -o files even if they are no bench report")
-    bench_parser.add_argument("--precision", metavar="fp32|bf16|fp16|int8",
-                              help="as for export; int8: MODEL files quantized by "
-                              "scripts/quantize_models.py, run as they are, accuracy against "
-                              "the float32 file each names")
+    add_precision_argument(bench_parser)
     cache_parser = commands.add_parser(
         "cache", help="list or clear the compiled engines kept by Session.from_onnx")
     cache_parser.add_argument("action", nargs="?", choices=["list", "clear"], default="list")
