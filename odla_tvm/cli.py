@@ -13,6 +13,7 @@ import time
 from . import gpu_device
 from .bench import driver as bench_driver
 from .bench import report as bench_report
+from .bench import scenarios as bench_scenarios
 from .bench.models import LIGHT_MODELS, model_files
 from .bench.quantize import float_model
 from .bench.timing import call_overhead
@@ -333,6 +334,13 @@ def check_bench(args) -> None:
     check_count(args.runs, 3, "--runs")
     check_count(args.batch, 1, "--batch")
     check_directory(args.cache_dir, "--cache-dir")
+    if args.scenarios:
+        check_count(args.calls, 20, "--calls")
+        args.output = args.output or os.path.join("odla-bench", "scenarios.md")
+        check_output_file(args.output, "-o", args.force or _starts_with(
+            args.output, bench_scenarios.TITLE.encode()))
+        return
+    args.output = args.output or os.path.join("odla-bench", "perf.md")
     # A bench report is replaced (the chart beside it too); any other file only with --force.
     ours = args.force or _starts_with(args.output, bench_report.TITLE.encode())
     check_output_file(args.output, "-o", ours)
@@ -344,6 +352,12 @@ def bench(args) -> None:
     # TVM's thread pool reads this when it starts, at the first parallel kernel: nothing ran yet
     # (each path's own process gets it too).
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    if args.scenarios:
+        results = bench_scenarios.scenario_bench(
+            models, args.threads, args.calls,
+            on_result=lambda result: print(bench_scenarios.summary(result), flush=True))
+        _write_report(args.output, bench_scenarios.report(results, args.threads))
+        return
     started, load = time.monotonic(), os.getloadavg()[0]
     results = bench_driver.bench_models(
         models, args.threads, args.runs, args.cache_dir, args.batch,
@@ -356,10 +370,16 @@ def bench(args) -> None:
     text = bench_report.report(results, overhead, args.threads, time.monotonic() - started,
                             (load, os.getloadavg()[0]), args.cache_dir,
                             None if why_no_chart else os.path.basename(chart_path), why_no_chart)
-    with open(args.output, "w") as f:
+    _write_report(args.output, text, None if why_no_chart else chart_path)
+
+
+def _write_report(path: str, text: str, chart_path: str | None = None) -> None:
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
         f.write(text)
     print(text)
-    print(f"written to {args.output}" + ("" if why_no_chart else f" and {chart_path}"))
+    print(f"written to {path}" + ("" if chart_path is None else f" and {chart_path}"))
 
 
 def check_cache(args) -> None:
@@ -504,9 +524,16 @@ def main(argv=None) -> int:
                               help="the size of a symbolic first input dim")
     bench_parser.add_argument("--cache-dir", help="where the tuning database of the tuned "
                               "column is (as for tune); the other paths use no records")
-    bench_parser.add_argument("-o", "--output", default=os.path.join("odla-bench", "perf.md"),
-                              help="the report (default odla-bench/perf.md here; it replaces "
-                              "an earlier bench report only); the chart goes beside it as .png")
+    bench_parser.add_argument("-o", "--output",
+                              help="the report (default odla-bench/perf.md here, "
+                              "odla-bench/scenarios.md with --scenarios; it replaces an "
+                              "earlier report of its kind only); the chart goes beside it as .png")
+    bench_parser.add_argument("--scenarios", action="store_true",
+                              help="time odla-tvm and onnxruntime quiet, right after a NumPy "
+                              "matmul, alternated, and two odla-tvm models alternated, in one "
+                              "process per model, instead of the paths")
+    bench_parser.add_argument("--calls", type=int, default=30,
+                              help="calls per scenario with --scenarios (>= 20)")
     bench_parser.add_argument("--force", action="store_true",
                               help="replace the -o files even if they are no bench report")
     bench_parser.add_argument("--precision", metavar="fp32|bf16|fp16|int8",
