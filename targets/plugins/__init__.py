@@ -73,6 +73,9 @@ KEEP_PACKED_WEIGHTS_FUNCTION = "odla_keep_packed_weights"
 # relay_bridge.PRECISIONS), and the item partitioning gives a plugin it in.
 PRECISION_ATTR = "reduced_precision"
 PRECISION_ITEM = "precision"
+# The module attribute in which a plugin's prepare names the items (a map of strings) it
+# found for its patterns; partitioning adds them to those ``patterns`` is given.
+PREPARED_ITEMS_ATTR = "plugin_prepared_items"
 
 
 def _nothing_needed() -> None:
@@ -104,7 +107,7 @@ class VendorPlugin:
     # Checks an item's value: raises ValueError saying what it expects, else returns it.
     check_item: Callable[[str, object], object] = lambda _name, value: value
     # A rewrite of the whole module before partitioning (a layout change, say), given the
-    # items as ``patterns`` is, or None.
+    # items as ``patterns`` is, or None; it may add items for ``patterns`` (PREPARED_ITEMS_ATTR).
     prepare: Callable[[tvm.IRModule, Mapping[str, object]], tvm.IRModule] | None = None
     # Why it leaves a whole graph to TVM's own code, which runs that graph faster, or None;
     # asked on targets that let it (TargetSpec.plugins_may_decline).

@@ -14,7 +14,7 @@ from tvm.relax.dpl import DFPattern
 from toolchain import relax_ir
 
 from ..cpu.layouts import fold_constant_layouts
-from . import PRECISION_ATTR, PRECISION_ITEM, VendorPlugin
+from . import PRECISION_ATTR, PRECISION_ITEM, PREPARED_ITEMS_ATTR, VendorPlugin
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,9 @@ def partition(mod: tvm.IRModule, plugin: VendorPlugin, items: Mapping[str, objec
         override=True)
     if plugin.prepare is not None:
         mod = plugin.prepare(mod, mine)
+        if PREPARED_ITEMS_ATTR in mod.attrs:
+            mine.update({str(k): str(v) for k, v in mod.attrs[PREPARED_ITEMS_ATTR].items()})
+            mod = mod.without_attr(PREPARED_ITEMS_ATTR)
     # Only patterns that can match here: FuseOpsByPattern walks the whole graph once per
     # pattern, found or not.
     present = frozenset().union(*(relax_ir.op_names(f) for f in mod.functions.values()

@@ -2,7 +2,8 @@
 layout for relax.quantize and relax.dequantize, so after it every NHWC convolution's result
 goes back to NCHW for the quantize that follows and to NHWC again for the next convolution.
 A transpose moved after the elementwise ops that follow it (a per-tensor quantize or
-dequantize, a cast, a ReLU, an op of two tensors transposed alike or of a scalar) meets the
+dequantize, a cast, an activation, a reduction keeping its dims, an op of two tensors
+transposed alike or of a scalar) meets the
 one back and both go: the activations stay NHWC from one convolution to the next."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from tvm import relax
 
 from ...relax_rewrites import op_name, rewrite_functions
 
-_UNARY = ("relax.astype", "relax.clip", "relax.nn.relu")
+_UNARY = ("relax.astype", "relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.tanh",
+          "relax.exp", "relax.nn.silu", "relax.nn.gelu", "relax.negative", "relax.abs")
 _QUANTIZE = ("relax.quantize", "relax.dequantize")
+_REDUCTIONS = ("relax.mean", "relax.sum", "relax.max", "relax.min")  # kept dims: a global pool
 _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.maximum", "relax.minimum")
 
 
@@ -52,6 +55,11 @@ class _TransposesMoved(relax.PyExprMutator):
             args = [inner, *call.args[1:]]
         elif name == "relax.nn.pad" and call.attrs.pad_mode == "constant":
             return self._padded(call, inner, axes)
+        elif name in _REDUCTIONS and call.attrs.keepdims and call.attrs.axis is not None:
+            reduced = [axes[int(a) % len(axes)] for a in call.attrs.axis]
+            moved = self.builder_.emit(getattr(relax.op, name.removeprefix("relax."))(
+                inner, reduced, keepdims=True))
+            return relax.op.permute_dims(moved, axes)
         elif name in _BINARY:
             other = self._transposed(call.args[1])
             if other is not None and other[1] == axes:

@@ -1,7 +1,7 @@
 """What oneDNN takes of a graph's int8 products: the convolutions and matmuls that
 relay_bridge.integer_products makes of 8-bit operands (an 8-bit source by constant s8
-weights, accumulated in int32), each computed by oneDNN's int8 primitive; the zero points'
-correction, the scales and what follows stay in TVM's fused elementwise code after it.
+weights, accumulated in int32), each computed by oneDNN's int8 primitive with the zero
+point's correction, the scales, bias, ReLU and quantize after it (int8_epilogue.py).
 
 Which products it takes depends on the CPU class oneDNN reaches (isa.onednn_isa): with a dot
 product instruction accumulating in 32 bits (VNNI, AMX) every one; without (AVX2, AVX-512
@@ -27,8 +27,9 @@ from ...cpu.conv_rewrites import _multiply_add_share, integer_share
 from ...cpu.layouts import layout_passes
 from ...specs import CPU_LAYOUTS
 from .. import PluginPattern
-from . import int8_impl
+from . import int8_epilogue, int8_impl
 from .int8_layouts import transposes_moved
+from .int8_qdq import in_eight_bits
 from .isa import reaches
 
 log = logging.getLogger(__name__)
@@ -100,22 +101,28 @@ def _nchw(dims):
     return (dims[0], dims[3], dims[1], dims[2])
 
 
-def primitive_of(call: relax.Call) -> dict:
+def primitive_of(call: relax.Call, pad: relax.Call | None = None) -> dict:
     """The oneDNN primitive a product (product_fits) becomes: ``conv``, whether
     ``channels_last``, the ``src``, ``weights`` and ``dst`` dims as oneDNN names them (NCHW and
     OIHW whatever the layout, grouped weights (G, O/G, I/G, H, W); a matmul's (..., M, K) by
-    (K, N)), and a convolution's ``strides``, ``dilates`` (from 0), ``pad_l``, ``pad_r``."""
+    (K, N)), and a convolution's ``strides``, ``dilates`` (from 0), ``pad_l``, ``pad_r``, the
+    convolution's source being what ``pad`` (a spatial padding, int8_pads.py) pads where given."""
     src, weights, dst = _dims(call.args[0]), _dims(call.args[1]), _dims(call)
     if call.op.name != _PRODUCTS["conv2d"]:
         return {"conv": False, "channels_last": False, "src": src, "weights": weights, "dst": dst}
     attrs = call.attrs
     channels_last = attrs.data_layout == "NHWC"
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    if pad is not None:
+        src, widths = _dims(pad.args[0]), [int(w) for w in pad.attrs.pad_width]
+        rows, columns = (2, 4) if channels_last else (4, 6)  # the spatial axes' widths
+        top, bottom = top + widths[rows], bottom + widths[rows + 1]
+        left, right = left + widths[columns], right + widths[columns + 1]
     if channels_last:
         src, weights, dst = _nchw(src), _nchw(weights), _nchw(dst)
     groups = int(attrs.groups)
     if groups > 1:  # the same bytes
         weights = (groups, weights[0] // groups, *weights[1:])
-    top, left, bottom, right = (int(p) for p in attrs.padding)
     return {"conv": True, "channels_last": channels_last, "src": src, "weights": weights,
             "dst": dst, "strides": tuple(int(s) for s in attrs.strides),
             "dilates": tuple(int(d) - 1 for d in attrs.dilation), "pad_l": (top, left),
@@ -149,43 +156,62 @@ def _why_left(call: relax.Call, weights, isa: str) -> str | None:
 
 def _check(isa: str):
     def check(context) -> bool:
-        call, weights = context.annotated_expr["root"], context.annotated_expr["weights"]
+        annotated = context.annotated_expr
+        call, weights = annotated["root"], annotated["weights"]
         if has_leaking_intermediate_variables(context):
             return False
         why = _why_left(call, weights, isa)
         if why is not None and why.startswith("oneDNN would"):
             log.info("the oneDNN plugin leaves an int8 %s of %s to TVM: %s",
                      call.op.name.rsplit(".", 1)[-1], _dims(call.args[0]), why)
-        return why is None
+        return why is None and ("scale" not in annotated
+                                or int8_epilogue.why_not_fused(annotated, call) is None) and (
+            "pad" not in annotated or int8_epilogue.padding_fused(annotated))
     return check
 
 
-def _product_pattern(kind: str, isa: str) -> PluginPattern:
-    weights = is_const()
-    product = is_op(_PRODUCTS[kind])(wildcard(), weights)
-    return PluginPattern(f"{CODEGEN}.{kind}", product, {"root": product, "weights": weights},
-                         _check(isa))
+def _product_patterns(kind: str, isa: str) -> list[PluginPattern]:
+    """The product alone (its int32 result) and with each epilogue oneDNN computes
+    (int8_epilogue.py), longest first; a convolution's with the padding before it too."""
+    found = []
+    sources = [is_op("relax.nn.pad")(wildcard()), wildcard()] if kind == "conv2d" else [wildcard()]
+    for source in sources:
+        weights = is_const()
+        product = is_op(_PRODUCTS[kind])(source, weights)
+        parts = {"root": product, "weights": weights, **(
+            {"pad": source} if source is not sources[-1] else {})}
+        found += [PluginPattern(f"{CODEGEN}.{kind}", chain, {**parts, **notes}, _check(isa))
+                  for chain, notes in int8_epilogue.chains(product)]
+        found.append(PluginPattern(f"{CODEGEN}.{kind}", product, parts, _check(isa)))
+    return found
 
 
 def patterns(kinds, isa: str) -> list[PluginPattern]:
     """The int8 products of the op kinds ``kinds`` (the onednn.ops item's) that oneDNN's
-    kernels on ``isa`` compute exactly (int8_source_writer.register gives them their codegen)."""
-    return [_product_pattern(kind, isa) for kind in _PRODUCTS if kind in kinds]
+    kernels on ``isa`` compute exactly, with the ops after them that its attributes compute
+    (int8_source_writer.register gives them their codegen)."""
+    return [p for kind in _PRODUCTS if kind in kinds for p in _product_patterns(kind, isa)]
 
 
-def prepare(mod: tvm.IRModule, kinds, isa: str) -> tvm.IRModule:
-    """``mod`` with its convolutions in NHWC where oneDNN's int8 primitives take most of its
-    integer products: those read and write only NHWC (in NCHW it takes its reference code),
-    and TVM's elementwise code between them follows the layout, so no tensor is reordered
-    between them. Its float32 convolutions are then TVM's (the float32 patterns take NCHW). A
-    graph without integer convolutions (a transformer's) is kept as it is."""
-    convs = []
-    relax.analysis.post_order_visit(mod["main"], lambda e: convs.append(e) if (
-        isinstance(e, relax.Call) and getattr(e.op, "name", "") == _PRODUCTS["conv2d"]
+def prepare(mod: tvm.IRModule, kinds, isa: str) -> tvm.IRModule | None:
+    """``mod`` made ready for oneDNN's int8 primitives where they take most of its integer
+    products, else None. Its aliases go (a pattern matches through bindings of calls only),
+    and an int8 CNN's convolutions go to NHWC: oneDNN's int8 primitives read and write only
+    NHWC (in NCHW it takes its reference code), and TVM's code between them follows the
+    layout, computing on 8 bits where QDQ's float round trips allow (int8_qdq.py), so no
+    tensor is reordered between them. Its float32 convolutions are then TVM's (the float32
+    patterns take NCHW)."""
+    products = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: products.append(e.op.name) if (
+        isinstance(e, relax.Call) and getattr(e.op, "name", "") in _PRODUCTS.values()
         and _dtype(e) == "int32") else None)
-    if "conv2d" not in kinds or not convs or taken_share(mod["main"], isa)[0] < MOST_TAKEN:
+    if not products or taken_share(mod["main"], isa)[0] < MOST_TAKEN:
+        return None
+    mod = relax.transform.CanonicalizeBindings()(mod)
+    if "conv2d" not in kinds or _PRODUCTS["conv2d"] not in products:
         return mod
-    return transposes_moved(tvm.transform.Sequential(layout_passes(CPU_LAYOUTS))(mod))
+    return in_eight_bits(transposes_moved(
+        tvm.transform.Sequential(layout_passes(CPU_LAYOUTS))(mod)))
 
 
 def taken_share(func: relax.Function, isa: str) -> tuple[float, str | None]:

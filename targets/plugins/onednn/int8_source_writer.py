@@ -10,29 +10,31 @@ import tvm
 from tvm import relax
 
 from .. import composite_steps, static_library
+from .int8_epilogue import padding_index, product_index, spec_fields
 from .int8_patterns import CODEGEN, primitive_of
 from .library import include_dir
 from .source_files import c_list, source_dir
 
-CALLS_FUNCTION = "odla_onednn_int8_calls"  # exported: how many int8 regions oneDNN has run
+CALLS_FUNCTION = "odla_onednn_int8_calls"  # exported: how many int8 products oneDNN has run
 
 
 def _dims_init(dims) -> str:
     return f"{{{len(dims)}, {c_list(dims)}}}"  # int8_region.h's Dims
 
 
-def _spec(region: relax.Function) -> str:
-    """The region's Int8Spec initializer: one product, its source and weights parameters."""
-    steps, results = composite_steps(region)
-    if len(steps) != 1 or results != [("step", 0)]:
-        raise ValueError(f"{CODEGEN} region {region.attrs['global_symbol']}: {len(steps)} "
-                         "products; its patterns make regions of one")
-    step = steps[0]
-    call = step.calls[0]
-    src, weights = (step.inputs[index] for _, index in step.arguments[0])
-    p = primitive_of(call)
-    fields = {"kind": "Int8Spec::kConv" if p["conv"] else "Int8Spec::kMatmul",
-              "param_count": str(len(region.params)), "src": str(src[1]),
+def _spec(region: relax.Function, step) -> str:
+    """A product's Int8Spec initializer: its source and weights parameters (or the earlier
+    product whose result is its source), its primitive and its epilogue's operands."""
+    first, pad = product_index(step), padding_index(step)
+    call = step.calls[first]
+    source = step.arguments[first][0] if pad is None else step.arguments[pad][0]
+    src, weights = (step.inputs[index] for _, index in (source, step.arguments[first][1]))
+    p = primitive_of(call, None if pad is None else step.calls[pad])
+    epilogue = spec_fields(step, region.params) if len(step.calls) > 1 + (pad is not None) else {}
+    fields = {**epilogue, "kind": "Int8Spec::kConv" if p["conv"] else "Int8Spec::kMatmul",
+              "param_count": str(len(region.params)),
+              "src": str(src[1]) if src[0] == "param" else "-1",
+              "src_step": str(src[1]) if src[0] == "step" else "-1",
               "src_signed": "true" if str(call.args[0].ty.dtype) == "int8" else "false",
               "weights": str(weights[1]), "channels_last": str(p["channels_last"]).lower(),
               **{f"{name}_dims": _dims_init(p[name]) for name in ("src", "weights", "dst")},
@@ -42,18 +44,28 @@ def _spec(region: relax.Function) -> str:
     return "{" + ", ".join(f".{name} = {value}" for name, value in ordered) + "}"
 
 
-_SPEC_FIELDS = ("kind", "param_count", "src", "src_signed", "weights", "channels_last", "src_dims",
-                "weights_dims", "dst_dims", "strides", "dilates", "pad_l", "pad_r")  # in order
+_SPEC_FIELDS = ("kind", "param_count", "src", "src_step", "src_signed", "weights", "channels_last", "src_dims",
+                "weights_dims", "dst_dims", "strides", "dilates", "pad_l", "pad_r", "src_zero",
+                "src_scale", "weights_scale", "weights_scale_per_channel", "bias", "relu",
+                "dst_scale", "dst_zero", "dst_type")  # int8_region.h's order
 
 
 def _region_source(region: relax.Function) -> tuple[str, str]:
+    """The region's products as an Int8Spec array, the product each of its outputs is, and
+    its packed-call function running them."""
     name = str(region.attrs["global_symbol"])
+    steps, results = composite_steps(region)
+    if any(kind != "step" for kind, _ in results):
+        raise ValueError(f"{CODEGEN} region {name}: an output that no product computes")
+    specs = ",\n    ".join(_spec(region, step) for step in steps)
     return name, "\n".join([
-        f"static const Int8Spec {name}_spec = {_spec(region)};",
+        f"static const Int8Spec {name}_specs[] = {{\n    {specs}}};",
+        f"static const int {name}_outputs[] = {c_list(index for _, index in results)};",
         # TVM's packed-call symbol for the function named ``name``
         (f'extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_{name}(void*, const TVMFFIAny* args, '
          "int32_t num_args, TVMFFIAny*) {"),
-        f"  return odla_onednn_int8_run(&{name}_spec, args, num_args);",
+        f"  return odla_onednn_int8_run({name}_specs, {len(steps)}, {name}_outputs, "
+        f"{len(results)}, args, num_args);",
         "}"])
 
 

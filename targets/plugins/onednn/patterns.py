@@ -12,7 +12,7 @@ from tvm.relax.dpl.pattern import is_const, is_op, is_tuple, wildcard
 
 from ...relax_rewrites import op_name, rewrite_functions
 from ...specs import host_cpu_flags
-from .. import PluginPattern
+from .. import PREPARED_ITEMS_ATTR, PluginPattern
 from .int8_patterns import patterns as int8_patterns
 from .int8_patterns import prepare as int8_prepare
 from .int8_source_writer import register as register_int8_codegen
@@ -49,6 +49,12 @@ def _is_constant(expr) -> bool:
 
 
 MAX_RANK = 5  # region.h's Shape holds 5 dims
+# The item prepare sets on a graph whose int8 products oneDNN takes (in NHWC): of its float32
+# ops only these kinds go to oneDNN; its pools, elementwise ops and concatenations, between
+# a dequantize and a quantize, run faster as TVM's code fused with them, in NHWC, than as
+# float32 regions that transpose to NCHW.
+INT8_GRAPH = "onednn.int8_graph"
+INT8_GRAPH_KINDS = ("conv2d", "matmul")
 
 
 def _within_rank(shape) -> bool:
@@ -458,8 +464,11 @@ def prepare(mod: tvm.IRModule, items) -> tvm.IRModule:
     """Channel scales after concatenations and pools as depthwise convolutions
     (_ChannelScales), where oneDNN takes convolutions; then every binding in a dataflow block,
     where FuseOpsByPattern looks (a graph of a single op is built without one). An int8
-    graph's convolutions first go to NHWC (int8_patterns.prepare)."""
-    mod = int8_prepare(mod, items.get("onednn.ops", OP_KINDS), onednn_isa())
+    graph's convolutions first go to NHWC (int8_patterns.prepare), and its float32 ops stay
+    TVM's, fused with the quantizes around them (the INT8_GRAPH item)."""
+    prepared = int8_prepare(mod, items.get("onednn.ops", OP_KINDS), onednn_isa())
+    if prepared is not None:
+        mod = prepared.with_attr(PREPARED_ITEMS_ATTR, {INT8_GRAPH: "1"})
     if "conv2d" in items.get("onednn.ops", OP_KINDS):
         mod = rewrite_functions(mod, lambda m, _f: _ChannelScales(m))
     return relax.transform.ConvertToDataflow(min_size=1)(mod)
@@ -469,6 +478,8 @@ def patterns(items) -> list[PluginPattern]:
     """Longest first: FuseOpsByPattern gives a binding to the first pattern that takes it.
     Only the op kinds the onednn.ops item names, when it is set."""
     kinds = items.get("onednn.ops", OP_KINDS)
+    if INT8_GRAPH in items:
+        kinds = [kind for kind in kinds if kind in INT8_GRAPH_KINDS]
     taken = []
     if "conv2d" in kinds:
         taken += [_conv2d_pattern(count) for count in range(MAX_POST_OPS, -1, -1)]

@@ -23,8 +23,8 @@ MATMUL_SHARE_FOR_TVM = 0.95
 # A graph whose products accumulate integers (an int8 model) keeps them in TVM where
 # oneDNN's int8 primitives do not take most of them here (int8_patterns.py): oneDNN regions
 # between them (its pools and concatenations) would only add region boundaries. Where they
-# do, the Winograd rule below (a float32 fact) does not apply; the matmul rule does (an int8
-# transformer handed to oneDNN measured several times slower than TVM's whole build).
+# do, neither rule below applies (they are float32 facts): oneDNN's int8 products, their
+# scales, bias and quantize fused in, run an int8 CNN or transformer faster than TVM whole.
 INTEGER_SHARE_FOR_TVM = 0.5
 
 
@@ -36,11 +36,6 @@ def declines(mod: tvm.IRModule) -> str | None:
             return (f"{share:.0%} of its multiply-adds are in integer products, of which "
                     f"oneDNN's int8 primitives here take {taken:.0%} ({why}; the lines are "
                     f"{INTEGER_SHARE_FOR_TVM:.0%} and {MOST_TAKEN:.0%})")
-        matmuls = matmul_share(mod["main"])
-        if matmuls >= MATMUL_SHARE_FOR_TVM:  # an int8 transformer, as a float32 one
-            return (f"{matmuls:.0%} of its multiply-adds are in matmuls, which TVM's build "
-                    f"runs faster with the ops between them, int8 or not (the line is "
-                    f"{MATMUL_SHARE_FOR_TVM:.0%})")
         return None
     if PRECISION_ATTR in mod.attrs and takes(str(mod.attrs[PRECISION_ATTR])):
         return None  # the lines below are float32's: TVM's share of a bf16 graph is float32

@@ -1,0 +1,200 @@
+"""What an int8 product's region takes of the ops after it (int8_patterns.py), as oneDNN's
+attributes: relay_bridge.integer_products writes each product of 8-bit operands as
+
+    product(x, w) [- astype(z_x) * sums(w)] -> float32 -> * scale [+ bias] [relu] [quantize]
+
+and oneDNN computes the same with z_x as the source's zero point (its padding counted as
+z_x, as the sums' windows do), ``scale`` as weights scales (per output channel) or, where it
+is a run-time scale times constant ones (dynamic quantization), source and weights scales,
+``bias`` as the primitive's, ReLU as a post-op and the quantize's scale and zero point as the
+result's, which is then u8/s8: activations stay 8-bit from one product to the next."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.dpl.pattern import is_const, is_op, wildcard
+
+EIGHT_BITS = ("uint8", "int8")
+
+
+def _is(name: str):
+    return is_op(f"relax.{name}")
+
+
+def chains(product):
+    """(pattern, annotations) of every epilogue after ``product`` (a pattern), longest first;
+    the annotations name the parts checks() reads."""
+    found = []
+    for correction, bias, relu, quantize in itertools.product((True, False), repeat=4):
+        notes = {}
+        value = product
+        if correction:
+            notes["zero"] = zero = wildcard()
+            sums = _is("multiply")(_is("astype")(zero), is_const())
+            value = _is("subtract")(value, sums | _is("permute_dims")(sums))
+        value = _is("astype")(value)
+        notes["scale"] = scale = is_const() | _is("multiply")(wildcard(), is_const())
+        value = notes["scaled"] = _is("multiply")(value, scale)
+        if bias:
+            notes["bias"] = bias_value = is_const()
+            value = _is("add")(value, bias_value)
+        if relu:
+            value = _is("nn.relu")(value)
+        if quantize:
+            notes["dst_scale"], notes["dst_zero"] = is_const(), is_const()
+            value = notes["quantize"] = _is("quantize")(value, notes["dst_scale"],
+                                                         notes["dst_zero"])
+        found.append((correction + bias + relu + quantize, value, notes))
+    return [(value, notes) for _, value, notes in sorted(found, key=lambda f: -f[0])]
+
+
+def _dims(expr) -> tuple[int, ...] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except TypeError:  # a symbolic dim
+        return None
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype) if isinstance(expr.ty, relax.TensorType) else ""
+
+
+def channel_axis(call: relax.Call) -> int:
+    """The axis of a product's result that its weights' output channels index."""
+    if call.op.name == "relax.nn.conv2d" and call.attrs.data_layout == "NCHW":
+        return 1
+    return -1
+
+
+def per_channel(expr, product: relax.Call) -> str | None:
+    """"one" where ``expr`` (float32) holds one value, "channel" where it holds one per output
+    channel of ``product`` laid along its channel axis, else None."""
+    dims, out = _dims(expr), _dims(product)
+    if dims is None or out is None or _dtype(expr) != "float32" or len(dims) > len(out):
+        return None
+    size = int(np.prod(dims))
+    if size == 1:
+        return "one"
+    axis = channel_axis(product) % len(out)
+    padded = (1,) * (len(out) - len(dims)) + dims
+    expected = tuple(out[axis] if a == axis else 1 for a in range(len(out)))
+    return "channel" if padded == expected else None
+
+
+def why_not_fused(annotated, product: relax.Call) -> str | None:
+    """Why oneDNN's attributes cannot compute a match of chains() (``annotated``: its
+    annotated exprs), None where they can."""
+    zero = annotated.get("zero")
+    if zero is not None and (_dtype(zero) not in (*EIGHT_BITS, "int32")
+                             or _dims(zero) is None or int(np.prod(_dims(zero))) != 1):
+        return "the source's zero point is not one integer"
+    scale = annotated["scale"]
+    factors = scale.args if isinstance(scale, relax.Call) else [scale]
+    kinds = [per_channel(f, product) for f in factors]
+    if None in kinds or kinds.count("channel") > 1:
+        return "its scale is not one per output channel"
+    if "bias" in annotated and per_channel(annotated["bias"], product) != "channel":
+        return "its bias is not one per output channel"
+    quantize = annotated.get("quantize")
+    if quantize is not None and (
+            _dtype(quantize) not in EIGHT_BITS
+            or any(_dims(a) is None or int(np.prod(_dims(a))) != 1 for a in quantize.args[1:])):
+        return "its quantize is not to 8 bits by one scale and zero point"
+    result = quantize if quantize is not None else annotated["scaled"]
+    if _dims(result) != _dims(product):
+        return "its operands broadcast the product's shape"
+    return None
+
+
+def padding_fused(annotated) -> bool:
+    """Whether a convolution's padding (int8_pads.py) is the source's zero point along its
+    spatial axes, which oneDNN counts as the padding: a constant-mode pad by the constant
+    zero point (0 without one)."""
+    pad, zero = annotated["pad"], annotated.get("zero")
+    widths = [int(p) for p in pad.attrs.pad_width]
+    spatial = (2, 3) if annotated["root"].attrs.data_layout == "NCHW" else (1, 2)
+    if pad.attrs.pad_mode != "constant" or any(
+            widths[2 * a] or widths[2 * a + 1] for a in range(len(widths) // 2) if a not in spatial):
+        return False
+    if zero is None:
+        return float(pad.attrs.pad_value) == 0.0
+    value = zero.value.numpy() if isinstance(zero, tvm.ir.expr.Constant) else None
+    return value is not None and value.size == 1 and float(value.reshape(())) == float(
+        pad.attrs.pad_value)
+
+
+def _parameter(step, source) -> int:
+    """The region parameter a composite call's argument ``source`` is."""
+    kind, index = source
+    if kind != "input" or step.inputs[index][0] != "param":
+        raise ValueError(f"{step.composite}: an operand that is no region parameter ({source})")
+    return step.inputs[index][1]
+
+
+def spec_fields(step, params) -> dict[str, str]:
+    """int8_region.h's epilogue fields of a region's single ``step`` (a match of chains()),
+    its ``params`` the region's parameters."""
+    fields = {}
+    first = product_index(step)
+    product, widened = step.calls[first], _widened(step)
+    for call, sources in zip(step.calls, step.arguments):
+        name = call.op.name.removeprefix("relax.")
+        if name == "astype" and _dtype(call) == "int32":
+            fields["src_zero"] = _parameter(step, sources[0])
+        elif name == "multiply" and widened in sources:
+            (scale,) = [s for s in sources if s != widened]
+            fields.update(_scales(step, scale, params, product))
+        elif name == "add":
+            fields["bias"] = _parameter(step, next(s for s in sources if s[0] == "input"))
+        elif name == "nn.relu":
+            fields["relu"] = "true"
+        elif name == "quantize":
+            fields["dst_scale"] = _parameter(step, sources[1])
+            fields["dst_zero"] = _parameter(step, sources[2])
+            fields["dst_type"] = "Int8Spec::kU8" if _dtype(call) == "uint8" else "Int8Spec::kS8"
+    fields.setdefault("dst_type", "Int8Spec::kF32")
+    return {k: str(v) for k, v in fields.items()}
+
+
+def _scales(step, scale, params, product) -> dict:
+    """The fields of the scale ``scale`` (a call's source): a parameter (the weights'
+    scales), or an earlier multiply of a run-time scale by constant ones."""
+    if scale[0] == "input":
+        factors = [_parameter(step, scale)]
+    else:
+        factors = [_parameter(step, s) for s in step.arguments[scale[1]]]
+    per = [per_channel(params[f], product) for f in factors]
+    weights = per.index("channel") if "channel" in per else len(factors) - 1
+    fields = {"weights_scale": factors[weights],
+              "weights_scale_per_channel": str(per[weights] == "channel").lower()}
+    if len(factors) == 2:
+        fields["src_scale"] = factors[1 - weights]
+    return fields
+
+
+_PRODUCTS = ("relax.nn.conv2d", "relax.matmul")
+
+
+def product_index(step) -> int:
+    """Which of a step's calls is its product (calls come in the graph's order: a padding,
+    or the multiply of a run-time scale, may come before it)."""
+    return next(i for i, c in enumerate(step.calls) if c.op.name in _PRODUCTS)
+
+
+def padding_index(step) -> int | None:
+    """Which of a step's calls is the padding of its convolution's source, if any."""
+    return next((i for i, c in enumerate(step.calls) if c.op.name == "relax.nn.pad"), None)
+
+
+def _widened(step) -> tuple[str, int]:
+    """The source of the product's conversion to float32 (a ("call", j))."""
+    index = next(i for i, c in enumerate(step.calls)
+                 if c.op.name == "relax.astype" and _dtype(c) == "float32")
+    return ("call", index)
