@@ -18,6 +18,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
+from .int8_impl import Epilogue
+
 EIGHT_BITS = ("uint8", "int8")
 
 
@@ -43,7 +45,7 @@ def chains(product):
             notes["bias"] = bias_value = is_const()
             value = _is("add")(value, bias_value)
         if relu:
-            value = _is("nn.relu")(value)
+            value = notes["relu"] = _is("nn.relu")(value)
         if quantize:
             notes["dst_scale"], notes["dst_zero"] = is_const(), is_const()
             value = notes["quantize"] = _is("quantize")(value, notes["dst_scale"],
@@ -111,6 +113,21 @@ def why_not_fused(annotated, product: relax.Call) -> str | None:
     if _dims(result) != _dims(product):
         return "its operands broadcast the product's shape"
     return None
+
+
+def described(annotated) -> Epilogue:
+    """The epilogue (int8_impl.Epilogue) a match of chains() fuses (``annotated``: its
+    annotated exprs; none for the product alone)."""
+    if "scale" not in annotated:
+        return Epilogue()
+    product, scale = annotated["root"], annotated["scale"]
+    factors = scale.args if isinstance(scale, relax.Call) else [scale]
+    quantize = annotated.get("quantize")
+    return Epilogue(src_zero="zero" in annotated, src_scale=len(factors) == 2,
+                    weights_scale="channel" if any(per_channel(f, product) == "channel"
+                                                   for f in factors) else "one",
+                    bias="bias" in annotated, relu="relu" in annotated,
+                    dst=_dtype(quantize) if quantize is not None else "float32")
 
 
 def padding_fused(annotated) -> bool:

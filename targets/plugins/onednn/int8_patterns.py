@@ -129,27 +129,35 @@ def primitive_of(call: relax.Call, pad: relax.Call | None = None) -> dict:
             "pad_r": (bottom, right)}
 
 
-def reference_code(call: relax.Call) -> str | None:
-    """Where oneDNN would compute ``call`` by its reference code here: what it would run
-    (int8_impl); else None."""
-    p = primitive_of(call)
+def reference_code(call: relax.Call, pad: relax.Call | None = None,
+                   epilogue: int8_impl.Epilogue = int8_impl.Epilogue()) -> str | None:
+    """Where oneDNN would compute ``call`` (its source padded by ``pad``, ``epilogue`` fused)
+    by its reference code here: what it would run (int8_impl); else None."""
+    p = primitive_of(call, pad)
     src_dtype = _dtype(call.args[0])
     if p["conv"]:
         found = int8_impl.conv_implementation(src_dtype, p["src"], p["weights"], p["dst"],
-                                              p["strides"], p["dilates"], p["pad_l"], p["pad_r"])
+                                              p["strides"], p["dilates"], p["pad_l"],
+                                              p["pad_r"], epilogue)
     else:
         rows = int(np.prod(p["src"][:-1]))
-        found = int8_impl.matmul_implementation(src_dtype, rows, *p["weights"])
+        found = int8_impl.matmul_implementation(src_dtype, rows, *p["weights"], epilogue)
     return (found or "no implementation") if int8_impl.is_reference(found) else None
 
 
-def _why_left(call: relax.Call, weights, isa: str) -> str | None:
-    """Why oneDNN leaves ``call`` (a product of ``weights``) to TVM here, None where it
-    takes it."""
+def _why_left(call: relax.Call, weights, isa: str, annotated=None) -> str | None:
+    """Why oneDNN leaves ``call`` (a product of ``weights``; what else its match took
+    ``annotated``, int8_epilogue.py) to TVM here, None where it takes it."""
+    annotated = annotated or {}
     if not _is_constant(weights) or not product_fits(call, weights):
         return "its weights are not a constant s8 tensor"
     why = why_not_taken(isa, _dtype(call.args[0]), weights.value.numpy())
-    if why is None and (found := reference_code(call)) is not None:
+    if why is None and "scale" in annotated:
+        why = int8_epilogue.why_not_fused(annotated, call)
+    if why is None and "pad" in annotated and not int8_epilogue.padding_fused(annotated):
+        why = "its padding is not by the source's zero point"
+    if why is None and (found := reference_code(call, annotated.get("pad"),
+                                                int8_epilogue.described(annotated))) is not None:
         why = f"oneDNN would run it by its reference code ({found})"
     return why
 
@@ -160,13 +168,11 @@ def _check(isa: str):
         call, weights = annotated["root"], annotated["weights"]
         if has_leaking_intermediate_variables(context):
             return False
-        why = _why_left(call, weights, isa)
+        why = _why_left(call, weights, isa, annotated)
         if why is not None and why.startswith("oneDNN would"):
             log.info("the oneDNN plugin leaves an int8 %s of %s to TVM: %s",
                      call.op.name.rsplit(".", 1)[-1], _dims(call.args[0]), why)
-        return why is None and ("scale" not in annotated
-                                or int8_epilogue.why_not_fused(annotated, call) is None) and (
-            "pad" not in annotated or int8_epilogue.padding_fused(annotated))
+        return why is None
     return check
 
 

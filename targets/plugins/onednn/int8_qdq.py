@@ -6,8 +6,9 @@
   quantizing again by the same scale and zero point: that is the 8-bit padding by the zero
   point, which the next convolution's oneDNN primitive takes in (int8_patterns.py), its
   source's zero point counted as the padding;
-- an activation of one 8-bit tensor (a sigmoid, say) takes at most 256 values: a lookup in
-  a table of them, computed here, instead of the float32 function on every element;
+- elementwise code of one 8-bit tensor (an activation, or a swish: x times its sigmoid)
+  takes at most 256 values: a lookup in a table of them, computed here, instead of the
+  float32 code on every element;
 - a max pool between a dequantize and a quantize by the same scale and zero point is the max
   pool of the 8-bit values (dequantizing keeps their order)."""
 
@@ -56,8 +57,8 @@ class _InEightBits(relax.PyExprMutator):
         if op_name(call) != "relax.quantize" or not all(_is_scalar(a) for a in call.args[1:]):
             return call
         inner = self._bound(call.args[0])
-        if op_name(inner) in _ACTIVATIONS:
-            table = self._table(call, inner)
+        if op_name(inner) in (*_ACTIVATIONS, *_BINARY):
+            table = self._table(call)
             return call if table is None else table
         if op_name(inner) == "relax.nn.max_pool2d":
             dequantize = self._bound(inner.args[0])
@@ -73,32 +74,97 @@ class _InEightBits(relax.PyExprMutator):
                                "constant", zero)
 
 
-    def _table(self, quantize, activation):
-        """quantize(f(dequantize(q))) as a lookup of q in the table of its 256 values."""
-        dequantize = self._bound(activation.args[0])
-        if (op_name(dequantize) != "relax.dequantize" or len(activation.args) != 1
-                or not all(_is_scalar(a) for a in dequantize.args[1:])):
+    def _table(self, quantize):
+        """quantize(f(q)) as a lookup of q in the table of its 256 values, where f is
+        elementwise code of one 8-bit tensor q's dequantized values (activations, products
+        and sums of them and of scalars, quantize and dequantize round trips)."""
+        found = self._over_levels(quantize.args[0])
+        target = str(quantize.ty.dtype)
+        if found is None or target not in _LEVELS:
             return None
-        levels = dequantize.args[0]
-        source, target = str(levels.ty.dtype), str(quantize.ty.dtype)
-        if source not in _LEVELS or target not in _LEVELS:
-            return None
-        values = np.arange(*_LEVELS[source]).astype(source)
-        scale, zero = (_constant(a).reshape(()) for a in dequantize.args[1:])
-        real = ((values.astype(np.int32) - zero.astype(np.int32)) * scale).astype(np.float32)
-        result = _ACTIVATIONS[op_name(activation)](real).astype(np.float32)
-        out_scale, out_zero = (_constant(a).reshape(()) for a in quantize.args[1:])
-        levels_out = np.rint(result / out_scale) + out_zero.astype(np.float32)
-        low, high = _LEVELS[target]
-        table = np.clip(levels_out, low, high - 1)
+        levels, values = found
+        table = _quantized(values, *quantize.args[1:], target)
         # Indexed by the level's bits read as unsigned: s8's -128 is entry 128.
+        source = str(levels.ty.dtype)
+        order = np.argsort(_all_levels(source).view(np.uint8))
         index = levels if source == "uint8" else self.builder_.emit(
             relax.op.astype(levels, "uint8"))
-        order = np.argsort(values.view(np.uint8))
-        return relax.op.take(relax.const(table.astype(target)[order]), index, axis=0)
+        return relax.op.take(relax.const(table[order]), index, axis=0)
+
+    def _over_levels(self, expr, leaf=None):
+        """(q, the float32 values ``expr`` takes for each of q's levels, in order), where
+        ``expr`` is elementwise code of the one 8-bit tensor q, else None."""
+        bound = self._bound(expr)
+        name = op_name(bound)
+        if name == "relax.dequantize" and all(_is_scalar(a) for a in bound.args[1:]):
+            levels, quantized = bound.args[0], self._bound(bound.args[0])
+            inner = None
+            if op_name(quantized) == "relax.quantize" and all(
+                    _is_scalar(a) for a in quantized.args[1:]):
+                inner = self._over_levels(quantized.args[0], leaf)
+            if inner is not None:
+                leaf, values = inner[0], _quantized(inner[1], *quantized.args[1:],
+                                                    str(levels.ty.dtype))
+            elif (looked_up := self._looked_up(quantized, leaf)) is not None:
+                leaf, values = looked_up
+            elif str(levels.ty.dtype) in _LEVELS and (leaf is None or leaf.same_as(levels)):
+                leaf, values = levels, _all_levels(str(levels.ty.dtype))
+            else:
+                return None
+            scale, zero = (_constant(a).reshape(()) for a in bound.args[1:])
+            return leaf, ((values.astype(np.int32) - zero.astype(np.int32))
+                          * scale).astype(np.float32)
+        if name in _ACTIVATIONS and len(bound.args) == 1:
+            inner = self._over_levels(bound.args[0], leaf)
+            return None if inner is None else (
+                inner[0], _ACTIVATIONS[name](inner[1]).astype(np.float32))
+        if name in _BINARY:
+            operands = []
+            for operand in bound.args:
+                constant = _constant(operand)
+                if constant is not None and constant.size == 1:
+                    operands.append(constant.reshape(()).astype(np.float32))
+                    continue
+                inner = self._over_levels(operand, leaf)
+                if inner is None:
+                    return None
+                leaf = inner[0]
+                operands.append(inner[1])
+            if leaf is None:
+                return None
+            return leaf, _BINARY[name](*operands).astype(np.float32)
+        return None
+
+
+    def _looked_up(self, take, leaf):
+        """(q, the levels ``take`` gives for each of q's), where it is a table lookup
+        (_table) of q, else None."""
+        table = _constant(take.args[0]) if op_name(take) == "relax.take" else None
+        if table is None:
+            return None
+        index = take.args[1]
+        cast = self._bound(index)
+        source = cast.args[0] if op_name(cast) == "relax.astype" else index
+        if str(source.ty.dtype) not in _LEVELS or not (leaf is None or leaf.same_as(source)):
+            return None
+        return source, table[_all_levels(str(source.ty.dtype)).view(np.uint8)]
+
+
+def _all_levels(dtype: str) -> np.ndarray:
+    return np.arange(*_LEVELS[dtype]).astype(dtype)
+
+
+def _quantized(values: np.ndarray, scale, zero, dtype: str) -> np.ndarray:
+    """QuantizeLinear of ``values`` by the constant scalars ``scale`` and ``zero``."""
+    low, high = _LEVELS[dtype]
+    scale, zero = (_constant(a).reshape(()) for a in (scale, zero))
+    levels = np.rint(values / scale.astype(np.float32)) + zero.astype(np.float32)
+    return np.clip(levels, low, high - 1).astype(dtype)
 
 
 _LEVELS = {"uint8": (0, 256), "int8": (-128, 128)}
+_BINARY = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+           "relax.divide": np.divide}
 _ACTIVATIONS = {
     "relax.sigmoid": lambda x: 1 / (1 + np.exp(-x.astype(np.float64))),
     "relax.tanh": np.tanh,

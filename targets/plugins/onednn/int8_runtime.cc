@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -95,13 +96,14 @@ class Int8Product {
 
  private:
   // The attributes of the fused epilogue; every value is a run-time argument (add_epilogue).
-  dnnl::primitive_attr epilogue_attributes() const {
+  // ``convolution``: for a convolution's primitive (a matmul may run as one, see build).
+  dnnl::primitive_attr epilogue_attributes(bool convolution) const {
     dnnl::primitive_attr attr;
     if (spec_.src_zero >= 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
     if (spec_.src_scale >= 0) attr.set_scales_mask(DNNL_ARG_SRC, 0);
     if (spec_.weights_scale >= 0) {
       // Per output channel: a convolution's first weights dim (and groups'), a matmul's N.
-      const int per_channel = spec_.kind == Int8Spec::kMatmul ? 1 << 1
+      const int per_channel = !convolution ? 1 << 1
                               : spec_.weights_dims.rank == 5 ? (1 << 0) | (1 << 1) : 1 << 0;
       attr.set_scales_mask(DNNL_ARG_WEIGHTS, spec_.weights_scale_per_channel ? per_channel : 0);
     }
@@ -161,15 +163,12 @@ class Int8Product {
   }
 
   void build() {
+    using tag = memory::format_tag;
     const dt src_type = spec_.src_signed ? dt::s8 : dt::u8;
-    const dnnl::primitive_attr attr = epilogue_attributes();
-    memory::desc src_desc, dst_desc;
     if (spec_.kind == Int8Spec::kConv) {
       memory::dims src = to_dims(spec_.src_dims), weights = to_dims(spec_.weights_dims),
                    dst = to_dims(spec_.dst_dims);
-      channels_ = dst[1];
       if (spec_.channels_last) {  // NHWC data, OHWI weights ((G, O/G, KH, KW, I/G) grouped)
-        using tag = memory::format_tag;
         src_plain_ = memory::desc(src, src_type, tag::acdb);
         weights_plain_ = memory::desc(weights, dt::s8, weights.size() == 5 ? tag::abdec : tag::acdb);
         dst_plain_ = memory::desc(dst, dst_type(), tag::acdb);
@@ -178,31 +177,58 @@ class Int8Product {
         weights_plain_ = plain(weights, dt::s8);
         dst_plain_ = plain(dst, dst_type());
       }
-      if (spec_.bias >= 0) bias_desc_ = plain({channels_}, dt::f32);
-      dnnl::convolution_forward::primitive_desc pd(
-          cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-          any(src, src_type), any(weights, dt::s8), bias_desc_, any(dst, dst_type()),
-          memory::dims(spec_.strides, spec_.strides + 2),
-          memory::dims(spec_.dilates, spec_.dilates + 2),
-          memory::dims(spec_.pad_l, spec_.pad_l + 2), memory::dims(spec_.pad_r, spec_.pad_r + 2),
-          attr);
-      primitive_ = dnnl::convolution_forward(pd);
-      src_desc = pd.src_desc(), weights_desc_ = pd.weights_desc(), dst_desc = pd.dst_desc();
-    } else {
-      memory::dims src = rows(spec_.src_dims), dst = rows(spec_.dst_dims),
-                   weights = to_dims(spec_.weights_dims);
-      channels_ = weights[1];
-      src_plain_ = plain(src, src_type);
-      weights_plain_ = plain(weights, dt::s8);
-      dst_plain_ = plain(dst, dst_type());
-      if (spec_.bias >= 0) bias_desc_ = plain({1, channels_}, dt::f32);
-      dnnl::matmul::primitive_desc pd(cpu_engine(), src_plain_, any(weights, dt::s8),
-                                      bias_desc_, dst_plain_, attr);
-      primitive_ = dnnl::matmul(pd);
-      src_desc = pd.src_desc(), weights_desc_ = pd.weights_desc(), dst_desc = pd.dst_desc();
+      build_convolution(memory::dims(spec_.strides, spec_.strides + 2),
+                        memory::dims(spec_.dilates, spec_.dilates + 2),
+                        memory::dims(spec_.pad_l, spec_.pad_l + 2),
+                        memory::dims(spec_.pad_r, spec_.pad_r + 2));
+      return;
     }
-    if (src_desc != src_plain_) src_ = std::make_unique<memory>(src_desc, cpu_engine());
-    if (dst_desc != dst_plain_) dst_ = std::make_unique<memory>(dst_desc, cpu_engine());
+    memory::dims src = rows(spec_.src_dims), dst = rows(spec_.dst_dims),
+                 weights = to_dims(spec_.weights_dims);
+    channels_ = weights[1];
+    src_plain_ = plain(src, src_type);
+    weights_plain_ = plain(weights, dt::s8);
+    dst_plain_ = plain(dst, dst_type());
+    bias_desc_ = spec_.bias >= 0 ? plain({1, channels_}, dt::f32) : memory::desc();
+    dnnl::matmul::primitive_desc pd(cpu_engine(), src_plain_, any(weights, dt::s8), bias_desc_,
+                                    dst_plain_, epilogue_attributes(false));
+    if (std::string(pd.impl_info_str()).rfind("gemm", 0) == 0) {
+      // Without brgemm (AVX2 before VNNI) oneDNN's int8 matmul is its gemm, which packs the
+      // weights on every call: the same product as a 1x1 convolution over M rows (the same
+      // bytes: (M, K) rows are NHWC pixels, (K, N) weights IOHW) packs them once, and runs
+      // faster (docs/onednn.md).
+      src_plain_ = memory::desc({1, src[1], src[0], 1}, src_type, tag::acdb);
+      weights_plain_ = memory::desc({channels_, src[1], 1, 1}, dt::s8, tag::bacd);
+      dst_plain_ = memory::desc({1, channels_, src[0], 1}, dst_type(), tag::acdb);
+      build_convolution({1, 1}, {0, 0}, {0, 0}, {0, 0});
+      return;
+    }
+    primitive_ = dnnl::matmul(pd);
+    weights_desc_ = pd.weights_desc();
+    keep_layouts(pd.src_desc(), pd.dst_desc());
+  }
+
+  // A convolution of the plain descriptors set, the primitive choosing the weights' layout
+  // and, where it must, the source's and result's.
+  void build_convolution(const memory::dims& strides, const memory::dims& dilates,
+                         const memory::dims& pad_l, const memory::dims& pad_r) {
+    channels_ = dst_plain_.get_dims()[1];
+    bias_desc_ = spec_.bias >= 0 ? plain({channels_}, dt::f32) : memory::desc();
+    dnnl::convolution_forward::primitive_desc pd(
+        cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        any(src_plain_.get_dims(), src_plain_.get_data_type()),
+        any(weights_plain_.get_dims(), dt::s8), bias_desc_,
+        any(dst_plain_.get_dims(), dst_type()), strides, dilates, pad_l, pad_r,
+        epilogue_attributes(true));
+    primitive_ = dnnl::convolution_forward(pd);
+    weights_desc_ = pd.weights_desc();
+    keep_layouts(pd.src_desc(), pd.dst_desc());
+  }
+
+  // Buffers for the source and result where the primitive's layouts are not TVM's.
+  void keep_layouts(const memory::desc& src, const memory::desc& dst) {
+    if (src != src_plain_) src_ = std::make_unique<memory>(src, cpu_engine());
+    if (dst != dst_plain_) dst_ = std::make_unique<memory>(dst, cpu_engine());
   }
 
   Int8Spec spec_;

@@ -54,7 +54,7 @@ MAX_RANK = 5  # region.h's Shape holds 5 dims
 # a dequantize and a quantize, run faster as TVM's code fused with them, in NHWC, than as
 # float32 regions that transpose to NCHW.
 INT8_GRAPH = "onednn.int8_graph"
-INT8_GRAPH_KINDS = ("conv2d", "matmul")
+INT8_GRAPH_KINDS = ("conv2d", "matmul", "softmax", "layer_norm")
 
 
 def _within_rank(shape) -> bool:
