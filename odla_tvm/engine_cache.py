@@ -180,6 +180,7 @@ def engine_key(model_digest: str, device: Device, cache_dir=None, options=None) 
         "tvm": targets.tvm_version(),
         "tvm-ffi": targets.tvm_ffi_version(),
         "options": options or {},
+        "plugins": {name: targets.get_plugin(name).code_key() for name in device.target.plugins},
     }
     key = _digest({**identity, "tuning": database_state(device.target, cache_dir)})
     _untuned_keys[key] = _digest(identity)

@@ -667,3 +667,18 @@ def test_a_cached_load_runs_without_the_compiler(tmp_path, device_name):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[] []", done.stdout
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), reference(X), rtol=1e-5, atol=1e-5)
+
+
+def test_an_engine_built_for_another_onednn_class_is_a_miss():
+    """The DEFAULT device's engine key names the CPU class oneDNN reaches: with it lowered
+    (ONEDNN_MAX_CPU_ISA, read when libdnnl loads, so in a process of its own) the key
+    differs, and an engine built for the higher class is not loaded."""
+    script = ("import odla_tvm; from odla_tvm.engine_cache import engine_key; "
+              "print(engine_key('model', odla_tvm.allocate_device()))")
+    keys = []
+    for limit in ("ALL", "SSE41"):
+        env = {**os.environ, "ONEDNN_MAX_CPU_ISA": limit}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, check=True)
+        keys.append(done.stdout.strip())
+    assert len(keys[0]) == 32 and keys[0] != keys[1]

@@ -116,6 +116,10 @@ class VendorPlugin:
     # kernels: the graph then stays float32, its heavy ops' weights rounded, and partitioning
     # gives the plugin the precision as the item "precision" (PRECISION_ITEM).
     computes: Callable[[str], bool] = lambda _precision: False
+    # What besides the graph decides the code it builds here (the CPU class its library
+    # reaches, say): part of an engine's cache key, so that an engine built for another is
+    # not loaded.
+    code_key: Callable[[], str] = lambda: ""
     # How many times TVM's idle pool workers poll for the next kernel in a process running its
     # regions (registry.default_pool_spin), or None for targets.runtime's; set when a module
     # with its regions is built or first run (targets.runtime), before the pool starts.

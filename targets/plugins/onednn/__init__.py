@@ -19,6 +19,7 @@ from toolchain import compiling_attributes
 
 from .. import VendorPlugin
 from .bf16_policy import computes
+from .isa import class_key
 from .items import ITEMS, check_item
 from .library import check_available, link_options
 
@@ -71,6 +72,7 @@ PLUGIN = VendorPlugin(
     declines=_compiling("declines"),
     pool_spin=ONEDNN_POOL_SPIN,
     computes=computes,
+    code_key=class_key,  # its int8 and bf16 regions differ by class (ONEDNN_MAX_CPU_ISA)
 )
 
 __all__ = ["CALLS_FUNCTION", "ITEMS", "MAX_RANK", "ONEDNN_POOL_SPIN", "PLUGIN", "check_available",

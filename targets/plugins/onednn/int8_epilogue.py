@@ -29,14 +29,14 @@ def _is(name: str):
 
 def chains(product):
     """(pattern, annotations) of every epilogue after ``product`` (a pattern), longest first;
-    the annotations name the parts checks() reads."""
+    the annotations name the parts why_not_fused and described read."""
     found = []
     for correction, bias, relu, quantize in itertools.product((True, False), repeat=4):
         notes = {}
         value = product
         if correction:
-            notes["zero"] = zero = wildcard()
-            sums = _is("multiply")(_is("astype")(zero), is_const())
+            notes["zero"], notes["sums"] = zero, sums = wildcard(), is_const()
+            sums = _is("multiply")(_is("astype")(zero), sums)
             value = _is("subtract")(value, sums | _is("permute_dims")(sums))
         value = _is("astype")(value)
         notes["scale"] = scale = is_const() | _is("multiply")(wildcard(), is_const())
@@ -97,6 +97,9 @@ def why_not_fused(annotated, product: relax.Call) -> str | None:
     if zero is not None and (_dtype(zero) not in (*EIGHT_BITS, "int32")
                              or _dims(zero) is None or int(np.prod(_dims(zero))) != 1):
         return "the source's zero point is not one integer"
+    if zero is not None and not _zero_point_sums(annotated["sums"], product,
+                                                 annotated["weights"]):
+        return "what multiplies its zero point is not its weights' sums"
     scale = annotated["scale"]
     factors = scale.args if isinstance(scale, relax.Call) else [scale]
     kinds = [per_channel(f, product) for f in factors]
@@ -113,6 +116,34 @@ def why_not_fused(annotated, product: relax.Call) -> str | None:
     if _dims(result) != _dims(product):
         return "its operands broadcast the product's shape"
     return None
+
+
+def _zero_point_sums(sums, product: relax.Call, weights) -> bool:
+    """Whether ``sums`` (a constant) is what oneDNN subtracts for a source zero point of 1:
+    per output channel (and, for a padded convolution, position), the sum of the weights that
+    meet the source rather than the padding."""
+    found, w = sums.value.numpy().astype(np.int64), weights.value.numpy().astype(np.int64)
+    if product.op.name == "relax.matmul":
+        return found.shape[-1:] == w.shape[1:] and np.array_equal(found.reshape(-1), w.sum(0))
+    attrs = product.attrs
+    if attrs.kernel_layout == "OHWI":
+        w = w.transpose(0, 3, 1, 2)
+    taps = w.sum(axis=1)  # (O, KH, KW)
+    size = _dims(product.args[0])[1:3] if attrs.data_layout == "NHWC" else \
+        _dims(product.args[0])[2:]
+    out = _dims(product)[1:3] if attrs.data_layout == "NHWC" else _dims(product)[2:]
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    inside = np.pad(np.ones(size, np.int64), ((top, bottom), (left, right)))
+    (sh, sw), (dh, dw) = ((int(v) for v in attrs.strides), (int(v) for v in attrs.dilation))
+    expected = np.zeros((taps.shape[0], *out), np.int64)
+    for kh in range(taps.shape[1]):
+        for kw in range(taps.shape[2]):
+            window = inside[kh * dh:kh * dh + (out[0] - 1) * sh + 1:sh,
+                            kw * dw:kw * dw + (out[1] - 1) * sw + 1:sw]
+            expected += taps[:, kh, kw, None, None] * window
+    if found.size == taps.shape[0]:  # one a channel: every window meets the source whole
+        return bool((expected == found.reshape(-1, 1, 1)).all())
+    return found.size == expected.size and np.array_equal(found.reshape(expected.shape), expected)
 
 
 def described(annotated) -> Epilogue:

@@ -62,7 +62,9 @@ class _InEightBits(relax.PyExprMutator):
             return call if table is None else table
         if op_name(inner) == "relax.nn.max_pool2d":
             dequantize = self._bound(inner.args[0])
-            if _same_quantization(call, dequantize):
+            increasing = _same_quantization(call, dequantize) and float(
+                _constant(call.args[1]).reshape(())) > 0  # dequantizing keeps the order
+            if increasing:
                 return relax.Call(inner.op, [dequantize.args[0]], inner.attrs)
             return call
         pad = self._padding(call.args[0])
@@ -96,7 +98,8 @@ class _InEightBits(relax.PyExprMutator):
         ``expr`` is elementwise code of the one 8-bit tensor q, else None."""
         bound = self._bound(expr)
         name = op_name(bound)
-        if name == "relax.dequantize" and all(_is_scalar(a) for a in bound.args[1:]):
+        if (name == "relax.dequantize" and all(_is_scalar(a) for a in bound.args[1:])
+                and str(bound.args[0].ty.dtype) in _LEVELS):
             levels, quantized = bound.args[0], self._bound(bound.args[0])
             inner = None
             if op_name(quantized) == "relax.quantize" and all(
@@ -140,7 +143,7 @@ class _InEightBits(relax.PyExprMutator):
         """(q, the levels ``take`` gives for each of q's), where it is a table lookup
         (_table) of q, else None."""
         table = _constant(take.args[0]) if op_name(take) == "relax.take" else None
-        if table is None:
+        if table is None or table.shape != (256,):
             return None
         index = take.args[1]
         cast = self._bound(index)

@@ -85,3 +85,11 @@ def onednn_isa() -> str:
         if value in _DNNL_ISA:
             return _DNNL_ISA[value]
     return isa_from_flags(_cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+
+
+def class_key() -> str:
+    """What decides the class oneDNN reaches here: the CPU's flags' class and
+    ONEDNN_MAX_CPU_ISA, read without loading libdnnl (an engine's cache key asks it at every
+    load, where the engine may never call oneDNN)."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "all").strip().lower()
+    return f"{isa_from_flags(_cpu_flags(), None)} max={limit}"
