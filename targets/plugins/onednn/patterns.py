@@ -49,8 +49,8 @@ def _is_constant(expr) -> bool:
 
 
 MAX_RANK = 5  # region.h's Shape holds 5 dims
-# The item prepare sets on a graph whose int8 products oneDNN takes (in NHWC): of its float32
-# ops only these kinds go to oneDNN; its pools, elementwise ops and concatenations, between
+# The item prepare sets on a graph whose int8 products oneDNN takes (int8_patterns.prepare),
+# without which no int8 pattern is tried: of its float32 ops only these kinds go to oneDNN; its pools, elementwise ops and concatenations, between
 # a dequantize and a quantize, run faster as TVM's code fused with them, in NHWC, than as
 # float32 regions that transpose to NCHW.
 INT8_GRAPH = "onednn.int8_graph"
@@ -507,5 +507,7 @@ def patterns(items) -> list[PluginPattern]:
     if "transpose" in kinds:  # after the matmuls, which take their weights' transposes
         taken += [_transpose_pattern(before, after) for before in (True, False)
                   for after in (True, False)]
+    if INT8_GRAPH not in items:  # no int8 product for oneDNN: its patterns would only cost
+        return taken               # a walk of the graph each
     register_int8_codegen()
     return taken + int8_patterns(kinds, onednn_isa())
