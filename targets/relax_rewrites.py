@@ -20,6 +20,12 @@ def static_dims(expr) -> list[int] | None:
     return [int(d) for d in shape.values]
 
 
+def is_scalar(expr) -> bool:
+    """Whether ``expr`` is a tensor of one element (of any rank)."""
+    dims = static_dims(expr)
+    return dims is not None and all(d == 1 for d in dims)
+
+
 def rewrite_functions(mod: tvm.IRModule, make_mutator) -> tvm.IRModule:
     """``mod`` with each relax function rewritten by ``make_mutator(mod, func)`` (a
     PyExprMutator) and stripped of the bindings the rewrite left unused."""

@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl.pattern import is_const, is_op, wildcard
 
+from ...relax_rewrites import is_scalar, static_dims
 from .int8_impl import Epilogue
 
 EIGHT_BITS = ("uint8", "int8")
@@ -54,16 +55,6 @@ def chains(product):
     return [(value, notes) for _, value, notes in sorted(found, key=lambda f: -f[0])]
 
 
-def _dims(expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except TypeError:  # a symbolic dim
-        return None
-
-
 def _dtype(expr) -> str:
     return str(expr.ty.dtype) if isinstance(expr.ty, relax.TensorType) else ""
 
@@ -78,15 +69,15 @@ def channel_axis(call: relax.Call) -> int:
 def per_channel(expr, product: relax.Call) -> str | None:
     """"one" where ``expr`` (float32) holds one value, "channel" where it holds one per output
     channel of ``product`` laid along its channel axis, else None."""
-    dims, out = _dims(expr), _dims(product)
+    dims, out = static_dims(expr), static_dims(product)
     if dims is None or out is None or _dtype(expr) != "float32" or len(dims) > len(out):
         return None
     size = int(np.prod(dims))
     if size == 1:
         return "one"
     axis = channel_axis(product) % len(out)
-    padded = (1,) * (len(out) - len(dims)) + dims
-    expected = tuple(out[axis] if a == axis else 1 for a in range(len(out)))
+    padded = [1] * (len(out) - len(dims)) + dims
+    expected = [out[axis] if a == axis else 1 for a in range(len(out))]
     return "channel" if padded == expected else None
 
 
@@ -94,8 +85,7 @@ def why_not_fused(annotated, product: relax.Call) -> str | None:
     """Why oneDNN's attributes cannot compute a match of chains() (``annotated``: its
     annotated exprs), None where they can."""
     zero = annotated.get("zero")
-    if zero is not None and (_dtype(zero) not in (*EIGHT_BITS, "int32")
-                             or _dims(zero) is None or int(np.prod(_dims(zero))) != 1):
+    if zero is not None and (_dtype(zero) not in (*EIGHT_BITS, "int32") or not is_scalar(zero)):
         return "the source's zero point is not one integer"
     if zero is not None and not _zero_point_sums(annotated["sums"], product,
                                                  annotated["weights"]):
@@ -110,10 +100,10 @@ def why_not_fused(annotated, product: relax.Call) -> str | None:
     quantize = annotated.get("quantize")
     if quantize is not None and (
             _dtype(quantize) not in EIGHT_BITS
-            or any(_dims(a) is None or int(np.prod(_dims(a))) != 1 for a in quantize.args[1:])):
+            or not all(is_scalar(a) for a in quantize.args[1:])):
         return "its quantize is not to 8 bits by one scale and zero point"
     result = quantize if quantize is not None else annotated["scaled"]
-    if _dims(result) != _dims(product):
+    if static_dims(result) != static_dims(product):
         return "its operands broadcast the product's shape"
     return None
 
@@ -129,9 +119,8 @@ def _zero_point_sums(sums, product: relax.Call, weights) -> bool:
     if attrs.kernel_layout == "OHWI":
         w = w.transpose(0, 3, 1, 2)
     taps = w.sum(axis=1)  # (O, KH, KW)
-    size = _dims(product.args[0])[1:3] if attrs.data_layout == "NHWC" else \
-        _dims(product.args[0])[2:]
-    out = _dims(product)[1:3] if attrs.data_layout == "NHWC" else _dims(product)[2:]
+    spatial = slice(1, 3) if attrs.data_layout == "NHWC" else slice(2, 4)
+    size, out = static_dims(product.args[0])[spatial], static_dims(product)[spatial]
     top, left, bottom, right = (int(p) for p in attrs.padding)
     inside = np.pad(np.ones(size, np.int64), ((top, bottom), (left, right)))
     (sh, sw), (dh, dw) = ((int(v) for v in attrs.strides), (int(v) for v in attrs.dilation))
@@ -162,7 +151,7 @@ def described(annotated) -> Epilogue:
 
 
 def padding_fused(annotated) -> bool:
-    """Whether a convolution's padding (int8_pads.py) is the source's zero point along its
+    """Whether a convolution's padding (int8_qdq.py) is the source's zero point along its
     spatial axes, which oneDNN counts as the padding: a constant-mode pad by the constant
     zero point (0 without one)."""
     pad, zero = annotated["pad"], annotated.get("zero")

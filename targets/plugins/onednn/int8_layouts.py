@@ -11,7 +11,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ...relax_rewrites import op_name, rewrite_functions
+from ...relax_rewrites import is_scalar, op_name, rewrite_functions
 
 _UNARY = ("relax.astype", "relax.clip", "relax.nn.relu", "relax.sigmoid", "relax.tanh",
           "relax.exp", "relax.nn.silu", "relax.nn.gelu", "relax.negative", "relax.abs")
@@ -24,12 +24,6 @@ def _axes(call) -> list[int] | None:
     if op_name(call) != "relax.permute_dims" or call.attrs.axes is None:
         return None
     return [int(a) for a in call.attrs.axes]
-
-
-def _is_scalar(expr) -> bool:
-    ty = expr.ty
-    return isinstance(ty, relax.TensorType) and ty.shape is not None and all(
-        hasattr(d, "value") and int(d.value) == 1 for d in ty.shape.values)
 
 
 @relax.expr_functor.mutator
@@ -51,7 +45,7 @@ class _TransposesMoved(relax.PyExprMutator):
         inner, axes = first
         if name == "relax.permute_dims":  # a transpose undoing another: neither
             return inner if [axes[a] for a in _axes(call)] == list(range(len(axes))) else call
-        if name in _QUANTIZE and all(_is_scalar(a) for a in call.args[1:]) or name in _UNARY:
+        if name in _QUANTIZE and all(is_scalar(a) for a in call.args[1:]) or name in _UNARY:
             args = [inner, *call.args[1:]]
         elif name == "relax.nn.pad" and call.attrs.pad_mode == "constant":
             return self._padded(call, inner, axes)
@@ -64,7 +58,7 @@ class _TransposesMoved(relax.PyExprMutator):
             other = self._transposed(call.args[1])
             if other is not None and other[1] == axes:
                 args = [inner, other[0]]
-            elif _is_scalar(call.args[1]):
+            elif is_scalar(call.args[1]):
                 args = [inner, call.args[1]]
             else:
                 return call
@@ -84,7 +78,7 @@ class _TransposesMoved(relax.PyExprMutator):
         back = [axes.index(a) for a in range(len(axes))]
         operands = []
         for operand in (call.args[0], call.args[2]):
-            if _is_scalar(operand):
+            if is_scalar(operand):
                 operands.append(operand)
             elif operand.ty.ndim == len(axes):
                 operands.append(self.builder_.emit(relax.op.permute_dims(operand, back)))

@@ -106,7 +106,7 @@ def primitive_of(call: relax.Call, pad: relax.Call | None = None) -> dict:
     ``channels_last``, the ``src``, ``weights`` and ``dst`` dims as oneDNN names them (NCHW and
     OIHW whatever the layout, grouped weights (G, O/G, I/G, H, W); a matmul's (..., M, K) by
     (K, N)), and a convolution's ``strides``, ``dilates`` (from 0), ``pad_l``, ``pad_r``, the
-    convolution's source being what ``pad`` (a spatial padding, int8_pads.py) pads where given."""
+    convolution's source being what ``pad`` (a spatial padding, int8_qdq.py) pads where given."""
     src, weights, dst = _dims(call.args[0]), _dims(call.args[1]), _dims(call)
     if call.op.name != _PRODUCTS["conv2d"]:
         return {"conv": False, "channels_last": False, "src": src, "weights": weights, "dst": dst}

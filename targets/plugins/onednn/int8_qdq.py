@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...relax_rewrites import op_name, rewrite_functions, static_dims
+from ...relax_rewrites import is_scalar, op_name, rewrite_functions, static_dims
 
 
 def _constant(expr) -> np.ndarray | None:
@@ -54,7 +54,7 @@ class _InEightBits(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = self.visit_expr_post_order(call)
-        if op_name(call) != "relax.quantize" or not all(_is_scalar(a) for a in call.args[1:]):
+        if op_name(call) != "relax.quantize" or not all(is_scalar(a) for a in call.args[1:]):
             return call
         inner = self._bound(call.args[0])
         if op_name(inner) in (*_ACTIVATIONS, *_BINARY):
@@ -98,12 +98,12 @@ class _InEightBits(relax.PyExprMutator):
         ``expr`` is elementwise code of the one 8-bit tensor q, else None."""
         bound = self._bound(expr)
         name = op_name(bound)
-        if (name == "relax.dequantize" and all(_is_scalar(a) for a in bound.args[1:])
+        if (name == "relax.dequantize" and all(is_scalar(a) for a in bound.args[1:])
                 and str(bound.args[0].ty.dtype) in _LEVELS):
             levels, quantized = bound.args[0], self._bound(bound.args[0])
             inner = None
             if op_name(quantized) == "relax.quantize" and all(
-                    _is_scalar(a) for a in quantized.args[1:]):
+                    is_scalar(a) for a in quantized.args[1:]):
                 inner = self._over_levels(quantized.args[0], leaf)
             if inner is not None:
                 leaf, values = inner[0], _quantized(inner[1], *quantized.args[1:],
@@ -174,11 +174,6 @@ _ACTIVATIONS = {
     "relax.exp": np.exp,
     "relax.nn.relu": lambda x: np.maximum(x, 0),
 }
-
-
-def _is_scalar(expr) -> bool:
-    dims = static_dims(expr)
-    return dims is not None and int(np.prod(dims)) == 1
 
 
 def _same_quantization(quantize, dequantize) -> bool:

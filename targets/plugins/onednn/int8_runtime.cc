@@ -250,19 +250,20 @@ class Int8Product {
 class Int8Region {
  public:
   Int8Region(const Int8Spec* specs, int count, const int* outputs, int output_count)
-      : specs_(specs, specs + count), outputs_(outputs, outputs + output_count),
+      : specs_(specs, specs + count), output_of_(count, -1), output_count_(output_count),
         buffers_(count) {
+    for (int output = 0; output < output_count; ++output) output_of_[outputs[output]] = output;
     for (const Int8Spec& spec : specs_) products_.push_back(std::make_unique<Int8Product>(spec));
     for (int step = 0; step < count; ++step)
-      if (output_of(step) < 0) buffers_[step].resize(products_[step]->result_bytes());
+      if (output_of_[step] < 0) buffers_[step].resize(products_[step]->result_bytes());
   }
 
   void run(const TVMFFIAny* args, int32_t num_args) {
     std::lock_guard<std::mutex> lock(mutex_);  // one region's buffers serve one call at a time
-    const int param_count = specs_[0].param_count, output_count = outputs_.size();
-    if (num_args != param_count + output_count)
+    const int param_count = specs_[0].param_count;
+    if (num_args != param_count + output_count_)
       TVM_FFI_THROW(TypeError) << "an int8 oneDNN region of " << param_count << " parameters and "
-                               << output_count << " outputs got " << num_args << " arguments";
+                               << output_count_ << " outputs got " << num_args << " arguments";
     products_run += specs_.size();
     omp_set_num_threads(odla_onednn::thread_count());  // OpenMP keeps it per calling thread
     dnnl::stream stream(cpu_engine());
@@ -275,19 +276,14 @@ class Int8Region {
   }
 
  private:
-  int output_of(int step) const {
-    for (size_t i = 0; i < outputs_.size(); ++i)
-      if (outputs_[i] == step) return i;
-    return -1;
-  }
-
   void* result(const TVMFFIAny* args, int step) {
-    const int output = output_of(step);
+    const int output = output_of_[step];
     return output >= 0 ? data(args[specs_[0].param_count + output]) : buffers_[step].data();
   }
 
   std::vector<Int8Spec> specs_;
-  std::vector<int> outputs_;  // the step each output of the region is the result of
+  std::vector<int> output_of_;  // per product, the region's output holding its result, or -1
+  int output_count_;
   std::vector<std::unique_ptr<Int8Product>> products_;
   std::vector<std::vector<uint8_t>> buffers_;  // the results no output holds
   std::mutex mutex_;
