@@ -9,5 +9,5 @@ from .tvm_loader import (TVMSCRIPT_ENTRIES, calling_frames, compiling_attributes
                          load_tvm, load_tvm_ffi, tvmscript_reads_frames_cheaply,
                          when_tvm_ffi_loads)
 from .cache import cache_dir
-from .compiler import ToolchainMissing, compile_object
+from .compiler import ToolchainMissing, compile_object, shared_library
 from .versions import distribution_version

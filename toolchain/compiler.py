@@ -59,3 +59,26 @@ def compile_object(source: str, flags: Sequence[str] = (), compiler: str = "g++"
                                f"{(errors or built.stderr.splitlines() or ['no message'])[0]}")
         os.replace(os.path.join(tmp, "kernels.o"), path)  # atomic: concurrent builds agree
     return path
+
+
+def shared_library(object_path: str, name: str, flags: Sequence[str] = (),
+                   compiler: str = "g++") -> str:
+    """Links the object at ``object_path`` (from compile_object) with ``flags`` (the libraries
+    it needs, in the order they are to load) into a shared library ``name``, kept beside it
+    in a folder named by both; returns its path."""
+    import subprocess  # by a first link only
+
+    digest = hashlib.sha256("\0".join([compiler, *flags]).encode()).hexdigest()[:12]
+    directory = f"{os.path.splitext(object_path)[0]}-{digest}.lib"
+    path = os.path.join(directory, name)
+    if os.path.exists(path):
+        return path
+    os.makedirs(directory, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        built = subprocess.run([compiler, "-shared", *flags, object_path, "-o",
+                                os.path.join(tmp, name)], capture_output=True, text=True)
+        if built.returncode:
+            raise RuntimeError(f"{compiler} failed to link {name}: "
+                               f"{(built.stderr.splitlines() or ['no message'])[0]}")
+        os.replace(os.path.join(tmp, name), path)  # atomic: concurrent builds agree
+    return path

@@ -13,6 +13,7 @@ import tvm_ffi
 from tvm import relax
 
 from .. import plugins as vendor_plugins
+from ..cpu import thread_pool
 from ..runtime import CompiledModule, initialized_vm
 from ..shared_library import export_library, linker
 
@@ -32,7 +33,8 @@ class BuiltModule(CompiledModule):
             return _vm_calling(self.library, self._device, self.runtime_library,
                                self.vendor_regions)
         self.runtime_library = self.library
-        return initialized_vm(self.library.jit(), self._device)
+        return initialized_vm(self.library.jit(addons=thread_pool.link_options(self.spec)),
+                              self._device)
 
     def _vendor_library(self) -> tvm.runtime.Module:
         """The external functions main calls (vendor plugins' regions, custom ops' C code:
@@ -47,7 +49,8 @@ class BuiltModule(CompiledModule):
                 objects.append(os.path.join(self._vendor_dir.name, f"part{index}.o"))
                 part.write_to_file(objects[-1])
         path = os.path.join(self._vendor_dir.name, "vendor.so")
-        tvm.support.cc.create_shared(path, objects, options=self._link_options())
+        tvm.support.cc.create_shared(
+            path, objects, options=thread_pool.link_options(self.spec) + self._link_options())
         return tvm.runtime.load_module(path)
 
     def export(self, path: str) -> None:
@@ -57,7 +60,8 @@ class BuiltModule(CompiledModule):
         if not self._in_memory():
             super().export(path)
             return
-        export_library(self.library.mod, path, linker(self.spec), self._link_options())
+        export_library(self.library.mod, path, linker(self.spec),
+                       thread_pool.link_options(self.spec) + self._link_options())
 
     def _link_options(self) -> list[str]:
         # A module without plugin regions needs none of their libraries: linked, every load

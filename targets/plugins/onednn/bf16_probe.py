@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from .library import library_dir
+from .library import library_dir, load_dnnl
 
 # oneDNN 3.2's C enums (dnnl_types.h, dnnl_common_types.h).
 _CPU_ENGINE = 1  # dnnl_cpu
@@ -29,8 +29,8 @@ MATMUL = {"src": (128, 768), "weights": (768, 768), "dst": (128, 768)}
 class _Library:
     """libdnnl's functions the probes call, their arguments declared."""
 
-    def __init__(self, path: str):
-        self.dnnl = ctypes.CDLL(path)
+    def __init__(self):
+        self.dnnl = load_dnnl()
         handle, out = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
         signatures = {
             "dnnl_engine_create": [out, ctypes.c_int, ctypes.c_size_t],
@@ -80,7 +80,7 @@ def probe_impls(result_type: str) -> dict[str, str | None]:
     path = os.path.join(library_dir(), "libdnnl.so")
     if not os.path.exists(path):
         return {"conv2d": None, "matmul": None}
-    lib = _Library(path)
+    lib = _Library()
     engine = ctypes.c_void_p()
     if lib.dnnl_engine_create(ctypes.byref(engine), _CPU_ENGINE, 0) != _SUCCESS:
         return {"conv2d": None, "matmul": None}

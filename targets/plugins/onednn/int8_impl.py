@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from dataclasses import dataclass
 
-from .library import library_dir
+from .library import load_dnnl
 
 _SUCCESS, _CPU, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT = 0, 1, 96, 1
 _QUERY_IMPL_INFO_STR = 8
@@ -62,9 +61,8 @@ _MAX_DIMS = 12  # DNNL_MAX_NDIMS: dnnl_dims_t's length
 _Dims = ctypes.c_int64 * _MAX_DIMS
 
 
-@functools.cache
 def _library() -> ctypes.CDLL:
-    return ctypes.CDLL(os.path.join(library_dir(), "libdnnl.so"))
+    return load_dnnl()
 
 
 @functools.cache

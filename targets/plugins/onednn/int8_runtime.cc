@@ -16,7 +16,6 @@
 #include "int8_region.h"
 #include "omp_threads.h"
 
-extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
 
 namespace odla_onednn_int8 {
 namespace {
@@ -253,6 +252,7 @@ class Int8Region {
       : specs_(specs, specs + count), output_of_(count, -1), output_count_(output_count),
         buffers_(count) {
     for (int output = 0; output < output_count; ++output) output_of_[outputs[output]] = output;
+    odla_onednn::ready_threads();  // before building: packing the weights runs parallel regions
     for (const Int8Spec& spec : specs_) products_.push_back(std::make_unique<Int8Product>(spec));
     for (int step = 0; step < count; ++step)
       if (output_of_[step] < 0) buffers_[step].resize(products_[step]->result_bytes());
@@ -265,7 +265,7 @@ class Int8Region {
       TVM_FFI_THROW(TypeError) << "an int8 oneDNN region of " << param_count << " parameters and "
                                << output_count_ << " outputs got " << num_args << " arguments";
     products_run += specs_.size();
-    omp_set_num_threads(odla_onednn::thread_count());  // OpenMP keeps it per calling thread
+    odla_onednn::ready_threads();
     dnnl::stream stream(cpu_engine());
     for (size_t step = 0; step < specs_.size(); ++step) {
       const Int8Spec& spec = specs_[step];

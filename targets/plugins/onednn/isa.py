@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from .library import library_dir
+from .library import library_dir, load_dnnl
 
 # From the lowest class up; the names are oneDNN's (dnnl_cpu_isa_t, ONEDNN_MAX_CPU_ISA) folded
 # to the classes that change which kernels the plugin gets: avx2_vnni_2 adds no kernel the plugin
@@ -79,7 +79,7 @@ def onednn_isa() -> str:
     """The class oneDNN reaches here: one of ISAS (or BELOW_AVX2)."""
     path = os.path.join(library_dir(), "libdnnl.so")
     if os.path.exists(path):
-        get = ctypes.CDLL(path).dnnl_get_effective_cpu_isa
+        get = load_dnnl().dnnl_get_effective_cpu_isa
         get.restype, get.argtypes = ctypes.c_int, []
         value = get()
         if value in _DNNL_ISA:

@@ -3,9 +3,12 @@ it is installed, and how model libraries link it."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import sys
 
+from ...cpu import thread_pool
 from .. import PluginUnavailable
 
 PREFIX = sys.prefix  # where pip puts the onednn wheels' lib/ and include/
@@ -36,3 +39,12 @@ def link_options() -> list[str]:
     # libraries not yet needed (--as-needed) would drop them: hence --no-as-needed.
     return [f"-L{library_dir()}", f"-Wl,-rpath,{library_dir()}", "-Wl,--no-as-needed",
             "-ldnnl", "-lgomp"]
+
+
+@functools.cache
+def load_dnnl() -> ctypes.CDLL:
+    """libdnnl, for this process's own calls (probes while compiling), its OpenMP regions
+    running on the thread pool the model libraries' regions run on."""
+    dnnl = ctypes.CDLL(os.path.join(library_dir(), "libdnnl.so"))
+    thread_pool.adopt_openmp("libdnnl.so")
+    return dnnl

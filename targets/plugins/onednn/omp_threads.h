@@ -1,12 +1,19 @@
-// How many OpenMP threads oneDNN's primitives run on (libgomp keeps the count per calling
-// thread, so each region sets it): as many as TVM's own thread pool uses, TVM_NUM_THREADS,
-// else the usable cores. Shared by runtime.cc and int8_runtime.cc.
+// Where and on how many threads oneDNN's primitives run: libdnnl's OpenMP regions on the
+// process's thread pool (targets/cpu/thread_pool.cc), on as many threads as TVM's kernels use,
+// TVM_NUM_THREADS, else the usable cores. Shared by runtime.cc and int8_runtime.cc.
 #pragma once
 
 #include <sched.h>
 
 #include <cstdlib>
 #include <thread>
+
+#include <dlfcn.h>
+
+extern "C" void omp_set_num_threads(int);  // libgomp's, should libdnnl not be adopted
+// The thread pool's library, opened by targets/cpu/parallel_launch.cc in the same model
+// library (null where it is not there, or for a library built without it).
+extern "C" void* odla_thread_pool() __attribute__((weak));
 
 namespace odla_onednn {
 namespace {
@@ -20,6 +27,19 @@ inline int thread_count() {
     return static_cast<int>(std::thread::hardware_concurrency());
   }();
   return count;
+}
+
+// Before a region's primitives run on the calling thread: libdnnl's OpenMP imports pointed at
+// the pool (once: before its first parallel region), and the count for libgomp, which keeps
+// it per calling thread, should they still lead there.
+inline void ready_threads() {
+  static const int adopted = [] {
+    void* pool = odla_thread_pool != nullptr ? odla_thread_pool() : nullptr;
+    void* adopt = pool != nullptr ? dlsym(pool, "odla_pool_adopt_openmp") : nullptr;
+    return adopt != nullptr ? reinterpret_cast<int (*)(const char*)>(adopt)("libdnnl.so") : 0;
+  }();
+  (void)adopted;
+  omp_set_num_threads(thread_count());
 }
 
 }  // namespace

@@ -32,7 +32,6 @@
 #include "scratch.h"
 #include "weight_packing.h"
 
-extern "C" void omp_set_num_threads(int);  // libgomp: oneDNN's threading in this build
 
 // Internal linkage for all of it (and for the headers of its own it includes): the same
 // inline names in two loaded model libraries would otherwise be one (GNU unique symbols),
@@ -73,11 +72,11 @@ void Region::run(const TVMFFIAny* args, int32_t num_args) {
   if (static_cast<size_t>(num_args) != params_.size() + results_.size())
     TVM_FFI_THROW(TypeError) << "a oneDNN region of " << params_.size() << " parameters and "
                              << results_.size() << " outputs got " << num_args << " arguments";
+  ready_threads();  // before building: packing the weights runs parallel regions
   if (!built_) build(args);
   ++region_calls;
   char* base = scratch(scratch_bytes_);
   for (const Temporary& t : temporaries_) t.value.set_data_handle(base + t.offset);
-  omp_set_num_threads(thread_count());  // OpenMP keeps it per calling thread
   std::vector<void*> params;
   for (size_t i = 0; i < params_.size(); ++i) {
     params.push_back(data(args[i]));
