@@ -25,11 +25,13 @@ if TYPE_CHECKING:
 
 # TVM's CPU thread pool takes half the hardware threads unless told (it assumes two per core);
 # host code is compiled and tuned for every usable core, so it runs on as many. Read when the
-# pool starts, at the first parallel kernel.
+# pool starts, at the first parallel kernel; targets/cpu/thread_pool.cc, which runs the kernels
+# of every kept host library, reads it too.
 os.environ.setdefault("TVM_NUM_THREADS", str(cpu_count()))
-# Its idle workers poll for the next kernel 300,000 times (sched_yield) before they sleep,
-# keeping a core busy long after a run; 10,000 polls still span the gap between a run's
-# kernels. A process running oneDNN's regions polls none (VendorPlugin.pool_spin).
+# Its idle workers (where it runs the kernels: a module run in memory, a cross-compiled one)
+# poll for the next kernel 300,000 times (sched_yield) before they sleep, keeping a core busy
+# long after a run; 10,000 polls still span the gap between a run's kernels. A process running
+# oneDNN's regions polls none (VendorPlugin.pool_spin).
 default_pool_spin(10000)
 
 

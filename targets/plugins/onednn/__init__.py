@@ -42,16 +42,17 @@ def _compiling(name: str):
     """A function calling this package's ``name`` (imported on the first call)."""
     return lambda *args: __getattr__(name)(*args)
 
-# oneDNN's OpenMP threads wait for the next region spinning briefly (10000 of libgomp's spins),
-# then asleep, unless the user chose a policy: asleep at once, every region must wake them;
-# libgomp's default spin takes the cores from TVM's pool running the ops between regions.
-# libgomp reads this when it loads, with the first model library that needs it.
+# Where libdnnl's regions still run on libgomp (a model library without the thread pool of
+# targets/cpu/thread_pool.cc: copied away from it): its OpenMP threads wait for the next region
+# spinning briefly (10000 of libgomp's spins), then asleep, unless the user chose a policy:
+# asleep at once, every region must wake them; libgomp's default spin takes the cores from TVM's
+# pool running the ops between regions. libgomp reads this when it loads.
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-# And TVM's workers sleep as soon as their kernel ends in a process running oneDNN's regions
-# (PLUGIN.pool_spin): spinning, they take the core from the oneDNN region that comes next on
-# it. A process running TVM's code alone keeps targets.runtime's spin, which its
-# back-to-back kernels want.
+# And where TVM's own pool runs the kernels (a module run in memory, never kept), its workers
+# sleep as soon as their kernel ends in a process running oneDNN's regions (PLUGIN.pool_spin):
+# spinning, they take the core from the oneDNN region that comes next on it. A process running
+# TVM's code alone keeps targets.runtime's spin, which its back-to-back kernels want.
 ONEDNN_POOL_SPIN = 0
 
 
