@@ -24,7 +24,7 @@ SLOW_FILES = {
     "test_c_sanitized.py", "test_fuzz_readers.py",  # C built under ASan/UBSan
     "test_rpc_server_safety.py",  # odla_rpc_server built
     "test_onednn_int8.py", "test_onednn_int8_fused.py",  # oneDNN regions built
-    "test_onednn_bf16.py",
+    "test_onednn_bf16.py", "test_thread_pool.py",  # oneDNN regions and C programs built
     "test_bench_int8.py", "test_bench_precision.py", "test_scenarios.py",  # benches of models
 }
 # Fixtures that make what is slow to make: every test using one is slow.

@@ -9,6 +9,9 @@
 // process, each loop whole on the calling thread).
 #include <dlfcn.h>
 
+// The pool's library, opened (below).
+extern "C" __attribute__((visibility("hidden"))) void* odla_thread_pool();
+
 namespace {
 
 struct ParallelGroupEnv {  // TVM's TVMParallelGroupEnv (c_backend_api.h)
@@ -18,15 +21,13 @@ struct ParallelGroupEnv {  // TVM's TVMParallelGroupEnv (c_backend_api.h)
 using Lambda = int (*)(int task_id, ParallelGroupEnv* env, void* cdata);
 using Launch = int (*)(void* lambda, void* cdata, int num_task);
 
-void* open_pool() { return dlopen(ODLA_THREAD_POOL, RTLD_NOW | RTLD_LOCAL); }
-
 int run_whole(void* lambda, void* cdata, int) {
   ParallelGroupEnv env{nullptr, 1};
   return reinterpret_cast<Lambda>(lambda)(0, &env, cdata);
 }
 
 Launch find_launch() {
-  if (void* pool = open_pool())
+  if (void* pool = odla_thread_pool())
     if (void* launch = dlsym(pool, "odla_pool_launch")) return reinterpret_cast<Launch>(launch);
   if (void* tvm = dlopen("libtvm_runtime.so", RTLD_NOW | RTLD_NOLOAD))
     if (void* launch = dlsym(tvm, "TVMBackendParallelLaunch"))
@@ -54,7 +55,7 @@ __attribute__((visibility("hidden"))) void* __TVMBackendParallelBarrier =
 // The pool's library, opened (null where it is not there), for this library's oneDNN regions
 // (targets/plugins/onednn/omp_threads.h).
 __attribute__((visibility("hidden"))) void* odla_thread_pool() {
-  static void* const pool = open_pool();
+  static void* const pool = dlopen(ODLA_THREAD_POOL, RTLD_NOW | RTLD_LOCAL);
   return pool;
 }
 }

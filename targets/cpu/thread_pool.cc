@@ -465,8 +465,9 @@ struct Adoption {
 int adopt_object(struct dl_phdr_info* info, size_t, void* data) {
   auto* adoption = static_cast<Adoption*>(data);
   const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-  if (adoption->object[0] == '\0' ? name[0] != '\0' : std::strstr(name, adoption->object) == nullptr)
-    return 0;
+  bool wanted = adoption->object[0] == '\0' ? name[0] == '\0'
+                                            : std::strstr(name, adoption->object) != nullptr;
+  if (!wanted) return 0;
   const ElfW(Dyn)* dynamic = nullptr;
   ElfW(Addr) relro = 0, relro_end = 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
@@ -491,7 +492,9 @@ int adopt_object(struct dl_phdr_info* info, size_t, void* data) {
     switch (d->d_tag) {
       case DT_SYMTAB: symbols = reinterpret_cast<const ElfW(Sym)*>(address(d->d_un.d_ptr)); break;
       case DT_STRTAB: strings = reinterpret_cast<const char*>(address(d->d_un.d_ptr)); break;
-      case DT_JMPREL: tables[0] = reinterpret_cast<const ElfW(Rela)*>(address(d->d_un.d_ptr)); break;
+      case DT_JMPREL:
+        tables[0] = reinterpret_cast<const ElfW(Rela)*>(address(d->d_un.d_ptr));
+        break;
       case DT_PLTRELSZ: sizes[0] = d->d_un.d_val; break;
       case DT_RELA: tables[1] = reinterpret_cast<const ElfW(Rela)*>(address(d->d_un.d_ptr)); break;
       case DT_RELASZ: sizes[1] = d->d_un.d_val; break;

@@ -50,9 +50,9 @@ def _is_constant(expr) -> bool:
 
 MAX_RANK = 5  # region.h's Shape holds 5 dims
 # The item prepare sets on a graph whose int8 products oneDNN takes (int8_patterns.prepare),
-# without which no int8 pattern is tried: of its float32 ops only these kinds go to oneDNN; its pools, elementwise ops and concatenations, between
-# a dequantize and a quantize, run faster as TVM's code fused with them, in NHWC, than as
-# float32 regions that transpose to NCHW.
+# without which no int8 pattern is tried: of its float32 ops only these kinds go to oneDNN;
+# its pools, elementwise ops and concatenations, between a dequantize and a quantize, run
+# faster as TVM's code fused with them, in NHWC, than as float32 regions that transpose to NCHW.
 INT8_GRAPH = "onednn.int8_graph"
 INT8_GRAPH_KINDS = ("conv2d", "matmul", "softmax", "layer_norm")
 
